@@ -1,0 +1,135 @@
+//! The block header: the unit a pool hands to an arena.
+//!
+//! Every block, free or in use, starts with a 32-byte [`MemoryBlock`] header, 16-byte
+//! aligned, and its usable bytes follow at once, so `data()` is 16-byte aligned too.
+//!
+//! ```text
+//!  offset  in use (owned by an arena)        free (owned by the pool)
+//!  0       magic: u32 = MAGIC_USED           magic: u32 = MAGIC_FREE
+//!  4       flags: u32 (PREV_FREE)            flags: u32 (PREV_FREE)
+//!  8       size: usize (total, header incl.) size: usize
+//!  16      next: arena chain                 next: next free block in its size class
+//!  24      used: bytes the arena used        prev: previous free block in its size class
+//!  32      data ...                          ... footer: size (last 8 bytes)
+//! ```
+//!
+//! Ownership of the fields: `magic`, `flags` and `size` belong to the pool and change only
+//! under its lock; while a block is in use its owner (an arena) may write `next` and `used`,
+//! never the rest.
+//!
+//! The footer of a free block and the `PREV_FREE` flag of the block after it let the pool
+//! find a free physical predecessor in O(1) when coalescing (boundary tags), without a
+//! "previous block" pointer in every header.
+
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
+
+/// Magic of a block handed out by a pool.
+pub(crate) const MAGIC_USED: u32 = 0x4E42_5553; // "NBUS"
+/// Magic of a block on a pool's free lists.
+pub(crate) const MAGIC_FREE: u32 = 0x4E42_4652; // "NBFR"
+/// Magic of a block an arena took from the system heap when its pool ran dry.
+pub(crate) const MAGIC_HEAP: u32 = 0x4E42_4850; // "NBHP"
+
+/// Set on a block whose physical predecessor is free (its footer is then valid).
+pub(crate) const PREV_FREE: u32 = 1;
+
+/// Alignment of every block and of every block's data.
+pub(crate) const BLOCK_ALIGN: usize = 16;
+/// Size of the header in front of every block's data.
+pub(crate) const HEADER: usize = size_of::<MemoryBlock>();
+/// Smallest block: a header plus 16 usable bytes (which a free block needs for its footer).
+pub(crate) const MIN_BLOCK: usize = HEADER + BLOCK_ALIGN;
+
+/// Free-list link or arena fill level, depending on who owns the block.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub(crate) union Word {
+    /// In use: bytes of `data()` the owning arena has handed out (kept up to date lazily).
+    pub(crate) used: usize,
+    /// Free: the previous block in the same size class.
+    pub(crate) prev_free: *mut MemoryBlock,
+}
+
+/// The header of a block of pool memory, followed by its usable bytes.
+///
+/// Blocks are created by [`MemoryPool::allocate_block`](crate::MemoryPool::allocate_block)
+/// and given back with [`MemoryPool::free_block`](crate::MemoryPool::free_block); you only
+/// ever see them behind a `NonNull<MemoryBlock>`. The header is 32 bytes, 16-byte aligned,
+/// and holds a magic number (checked whenever the block changes hands), flags, the block's
+/// total size, a `next` link (the arena's chain) and the arena's fill level.
+///
+/// ```
+/// use nebula_memory::MemoryPool;
+///
+/// let pool = MemoryPool::new("doc", 1 << 20).unwrap();
+/// let block = pool.allocate_block(1000).unwrap();
+/// // SAFETY: the block is live until `free_block` below.
+/// let header = unsafe { block.as_ref() };
+/// assert!(header.capacity() >= 1000);
+/// assert_eq!(header.data().as_ptr() as usize % 16, 0);
+/// // SAFETY: the block came from this pool and is not used afterwards.
+/// unsafe { pool.free_block(block) };
+/// ```
+#[repr(C, align(16))]
+pub struct MemoryBlock {
+    pub(crate) magic: u32,
+    /// Only `PREV_FREE`; atomic because the pool updates it under its lock while the
+    /// block may be in use (and borrowed) elsewhere.
+    pub(crate) flags: AtomicU32,
+    pub(crate) size: usize,
+    pub(crate) next: *mut MemoryBlock,
+    pub(crate) word: Word,
+}
+
+const _: () = assert!(size_of::<MemoryBlock>() == 32 && align_of::<MemoryBlock>() == 16);
+
+impl MemoryBlock {
+    /// The first usable byte, 16-byte aligned. O(1).
+    ///
+    /// The pointer is derived from `&self`; code that writes through it under Miri's Stacked
+    /// Borrows model should use [`MemoryBlock::data_of`] instead, which keeps the provenance
+    /// of the block pointer.
+    #[inline]
+    pub fn data(&self) -> NonNull<u8> {
+        Self::data_of(NonNull::from(self))
+    }
+
+    /// The number of usable bytes after the header: at least the `min_usable` the block was
+    /// asked for, a multiple of 16. O(1).
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.size - HEADER
+    }
+
+    /// The block's total size in the pool, header included. O(1).
+    #[inline]
+    pub fn total_size(&self) -> usize {
+        self.size
+    }
+
+    /// The first usable byte of `block`, computed from the block pointer itself. O(1).
+    #[inline]
+    pub fn data_of(block: NonNull<MemoryBlock>) -> NonNull<u8> {
+        // SAFETY: every block is at least `MIN_BLOCK` bytes, so one header past the start is
+        // still inside (or one past the end of) the same block; non-null as `block` is.
+        unsafe { block.cast::<u8>().add(HEADER) }
+    }
+}
+
+impl std::fmt::Debug for MemoryBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.magic {
+            MAGIC_USED => "in use",
+            MAGIC_FREE => "free",
+            MAGIC_HEAP => "heap fallback",
+            _ => "corrupt",
+        };
+        f.debug_struct("MemoryBlock")
+            .field("at", &(self as *const Self))
+            .field("state", &state)
+            .field("total_size", &self.size)
+            .field("capacity", &self.size.saturating_sub(HEADER))
+            .finish()
+    }
+}

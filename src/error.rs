@@ -1,0 +1,196 @@
+//! Errors of pools and arenas.
+//!
+//! Every refusal carries the name of the pool and the numbers a person needs to fix a
+//! budget, and leaves the pool or arena fully usable.
+
+use std::alloc::Layout;
+use std::fmt;
+
+/// Why a [`MemoryPool`](crate::MemoryPool) refused a request.
+///
+/// ```
+/// use nebula_memory::{MemoryPool, PoolError};
+///
+/// let pool = MemoryPool::new("tiny", 64 * 1024).unwrap();
+/// let err = pool.allocate_block(1 << 30).unwrap_err();
+/// assert!(matches!(err, PoolError::TooLarge { pool: "tiny", .. }));
+/// ```
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolError {
+    /// No free range is large enough right now. Counted in
+    /// [`PoolStats::exhaustions`](crate::PoolStats::exhaustions) and reported by a `tracing`
+    /// WARN event inside a `pool_exhausted` span.
+    Exhausted {
+        /// The pool's name.
+        pool: &'static str,
+        /// The `min_usable` that was asked for.
+        requested: usize,
+        /// Free bytes at the refusal (headers of free ranges included).
+        free: usize,
+        /// The largest `min_usable` that would have succeeded at the refusal.
+        largest_free: usize,
+    },
+    /// `allocate_block(0)`: a block must hold at least one byte.
+    ZeroSize {
+        /// The pool's name.
+        pool: &'static str,
+    },
+    /// The request can never be met: it is larger than the whole pool (or overflows).
+    TooLarge {
+        /// The pool's name.
+        pool: &'static str,
+        /// The `min_usable` that was asked for.
+        requested: usize,
+        /// The most an empty pool could hand out.
+        max_usable: usize,
+    },
+    /// `MemoryPool::new` with a capacity of zero.
+    InvalidCapacity {
+        /// The pool's name.
+        pool: &'static str,
+        /// The capacity asked for.
+        capacity: usize,
+    },
+    /// The operating system refused to reserve the address space.
+    ReserveFailed {
+        /// The pool's name.
+        pool: &'static str,
+        /// The capacity asked for.
+        capacity: usize,
+        /// The OS error code, when there was one.
+        os_code: Option<i32>,
+    },
+    /// The operating system refused to commit memory for a block (Windows commit limit).
+    CommitFailed {
+        /// The pool's name.
+        pool: &'static str,
+        /// The `min_usable` that was asked for.
+        requested: usize,
+    },
+    /// `configure_global_pools` after a global pool was already created.
+    AlreadyCreated {
+        /// The name of the pool that exists already.
+        pool: &'static str,
+    },
+}
+
+impl fmt::Display for PoolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            PoolError::Exhausted { pool, requested, free, largest_free } => write!(
+                f,
+                "memory pool '{pool}' exhausted: asked for {requested} bytes, \
+                 {free} bytes free, largest free block {largest_free} bytes"
+            ),
+            PoolError::ZeroSize { pool } => {
+                write!(f, "memory pool '{pool}': a block of 0 bytes was requested")
+            }
+            PoolError::TooLarge { pool, requested, max_usable } => write!(
+                f,
+                "memory pool '{pool}': {requested} bytes can never fit (at most {max_usable})"
+            ),
+            PoolError::InvalidCapacity { pool, capacity } => {
+                write!(f, "memory pool '{pool}': invalid capacity {capacity}")
+            }
+            PoolError::ReserveFailed { pool, capacity, os_code } => {
+                write!(f, "memory pool '{pool}': could not reserve {capacity} bytes")?;
+                match os_code {
+                    Some(code) => write!(f, " ({})", std::io::Error::from_raw_os_error(code)),
+                    None => Ok(()),
+                }
+            }
+            PoolError::CommitFailed { pool, requested } => write!(
+                f,
+                "memory pool '{pool}': the OS refused to commit {requested} bytes"
+            ),
+            PoolError::AlreadyCreated { pool } => write!(
+                f,
+                "global pool '{pool}' already exists; configure pools before first use"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PoolError {}
+
+/// Why an arena allocation failed.
+///
+/// Returned by the `try_` forms of [`MemoryArena`](crate::MemoryArena)'s methods; the
+/// panicking forms print it.
+///
+/// ```
+/// use nebula_memory::{AllocError, MemoryArena, MemoryPool};
+///
+/// let pool = MemoryPool::new("small", 64 * 1024).unwrap();
+/// let arena = MemoryArena::new(&pool);
+/// let err = arena.try_alloc_slice(1 << 20, 0u8).unwrap_err();
+/// assert!(matches!(err, AllocError::Pool(_)));
+/// ```
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllocError {
+    /// The arena needed a new block and its pool refused.
+    Pool(PoolError),
+    /// The size of a slice or string overflowed `isize::MAX`, or a layout was invalid.
+    Layout {
+        /// The pool the arena draws from.
+        pool: &'static str,
+    },
+    /// A fixed-capacity arena ([`FrameArena`](crate::FrameArena)) has no room left.
+    Full {
+        /// Bytes asked for.
+        requested: usize,
+        /// Bytes left.
+        remaining: usize,
+    },
+}
+
+impl AllocError {
+    pub(crate) fn layout(pool: &'static str) -> Self {
+        AllocError::Layout { pool }
+    }
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocError::Pool(e) => write!(f, "arena allocation failed: {e}"),
+            AllocError::Layout { pool } => write!(
+                f,
+                "arena on pool '{pool}': requested size overflows isize::MAX"
+            ),
+            AllocError::Full { requested, remaining } => write!(
+                f,
+                "frame arena full: asked for {requested} bytes, {remaining} left"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AllocError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AllocError::Pool(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<PoolError> for AllocError {
+    fn from(e: PoolError) -> Self {
+        AllocError::Pool(e)
+    }
+}
+
+/// Panic message for a failed panicking allocation: names the pool, the size and the cause.
+#[cold]
+#[inline(never)]
+#[track_caller]
+pub(crate) fn alloc_failed(pool: &'static str, layout: Layout, err: &AllocError) -> ! {
+    panic!(
+        "nebula_memory: arena on pool '{pool}' could not allocate {} bytes (align {}): {err}",
+        layout.size(),
+        layout.align()
+    )
+}

@@ -1,0 +1,127 @@
+//! The three process-wide pools: engine, game and scratch.
+//!
+//! Each is created on first use. Sizes default to seed 004's budgets (256 / 512 / 64 MiB)
+//! and can be changed by [`configure_global_pools`] before any of them exists. Creating a
+//! pool only reserves address space, so the defaults cost almost no memory until used.
+
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+
+use crate::error::PoolError;
+use crate::pool::MemoryPool;
+
+/// Sizes of the three global pools, in bytes.
+///
+/// ```
+/// use nebula_memory::GlobalPoolConfig;
+///
+/// let config = GlobalPoolConfig { scratch: 128 << 20, ..GlobalPoolConfig::default() };
+/// assert_eq!(config.engine, 256 << 20);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GlobalPoolConfig {
+    /// Capacity of [`engine_pool`]: engine systems' long-lived memory (default 256 MiB).
+    pub engine: usize,
+    /// Capacity of [`game_pool`]: game state and entities (default 512 MiB).
+    pub game: usize,
+    /// Capacity of [`scratch_pool`]: frame and scratch arenas (default 64 MiB).
+    pub scratch: usize,
+}
+
+impl Default for GlobalPoolConfig {
+    fn default() -> Self {
+        GlobalPoolConfig { engine: 256 << 20, game: 512 << 20, scratch: 64 << 20 }
+    }
+}
+
+struct Config {
+    sizes: GlobalPoolConfig,
+    /// Set (under the lock) by the first pool to be created; configuration is closed then.
+    frozen: Option<&'static str>,
+}
+
+static CONFIG: Mutex<Config> = Mutex::new(Config {
+    sizes: GlobalPoolConfig { engine: 256 << 20, game: 512 << 20, scratch: 64 << 20 },
+    frozen: None,
+});
+static ENGINE: OnceLock<MemoryPool> = OnceLock::new();
+static GAME: OnceLock<MemoryPool> = OnceLock::new();
+static SCRATCH: OnceLock<MemoryPool> = OnceLock::new();
+
+/// Sets the sizes of the three global pools. Call it once, early in `main`, before anything
+/// touches a global pool. O(1).
+///
+/// # Errors
+/// [`PoolError::AlreadyCreated`] (naming the pool) if any global pool exists already;
+/// the sizes are then left as they were. [`PoolError::InvalidCapacity`] for a size of 0.
+///
+/// ```
+/// use nebula_memory::{configure_global_pools, engine_pool, GlobalPoolConfig, PoolError};
+///
+/// let config = GlobalPoolConfig { engine: 32 << 20, game: 64 << 20, scratch: 16 << 20 };
+/// configure_global_pools(config).unwrap();
+/// assert_eq!(engine_pool().stats().capacity, 32 << 20);
+/// assert!(matches!(configure_global_pools(config), Err(PoolError::AlreadyCreated { .. })));
+/// ```
+pub fn configure_global_pools(config: GlobalPoolConfig) -> Result<(), PoolError> {
+    let mut c = CONFIG.lock();
+    if let Some(pool) = c.frozen {
+        return Err(PoolError::AlreadyCreated { pool });
+    }
+    for (pool, capacity) in
+        [("engine", config.engine), ("game", config.game), ("scratch", config.scratch)]
+    {
+        if capacity == 0 {
+            return Err(PoolError::InvalidCapacity { pool, capacity });
+        }
+    }
+    c.sizes = config;
+    Ok(())
+}
+
+fn create(name: &'static str, size: fn(&GlobalPoolConfig) -> usize) -> MemoryPool {
+    let mut c = CONFIG.lock();
+    c.frozen.get_or_insert(name);
+    let capacity = size(&c.sizes);
+    drop(c);
+    MemoryPool::new(name, capacity)
+        .unwrap_or_else(|e| panic!("nebula_memory: cannot create the global pool: {e}"))
+}
+
+/// The engine pool ("engine", 256 MiB unless configured), created on first use.
+///
+/// # Panics
+/// If the OS refuses to reserve its address space on first use.
+///
+/// ```
+/// assert_eq!(nebula_memory::engine_pool().name(), "engine");
+/// ```
+pub fn engine_pool() -> &'static MemoryPool {
+    ENGINE.get_or_init(|| create("engine", |c| c.engine))
+}
+
+/// The game pool ("game", 512 MiB unless configured), created on first use.
+///
+/// # Panics
+/// If the OS refuses to reserve its address space on first use.
+///
+/// ```
+/// assert_eq!(nebula_memory::game_pool().name(), "game");
+/// ```
+pub fn game_pool() -> &'static MemoryPool {
+    GAME.get_or_init(|| create("game", |c| c.game))
+}
+
+/// The scratch pool ("scratch", 64 MiB unless configured), created on first use. Frame
+/// arenas and scratch arenas draw from it.
+///
+/// # Panics
+/// If the OS refuses to reserve its address space on first use.
+///
+/// ```
+/// assert_eq!(nebula_memory::scratch_pool().name(), "scratch");
+/// ```
+pub fn scratch_pool() -> &'static MemoryPool {
+    SCRATCH.get_or_init(|| create("scratch", |c| c.scratch))
+}

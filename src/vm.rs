@@ -1,0 +1,228 @@
+//! Virtual memory: reserve address space, commit it as blocks are used, give it back.
+//!
+//! A pool reserves its whole region once and never moves it, so pointers into it stay
+//! valid for the pool's lifetime. Physical memory is a separate matter: it is committed
+//! only as blocks are handed out and given back to the OS ([`Region::decommit`]) when the
+//! pool decides free memory has piled up.
+//!
+//! Three back ends, chosen at compile time:
+//! - **unix** (not Miri): `mmap(PROT_READ | PROT_WRITE, MAP_NORESERVE)`. Pages become resident
+//!   when first touched, so [`Region::commit`] is free; `madvise(MADV_DONTNEED)` decommits.
+//! - **windows**: `VirtualAlloc(MEM_RESERVE)`, then `MEM_COMMIT` per range and
+//!   `VirtualFree(MEM_DECOMMIT)`.
+//! - **anything else, and Miri**: one `std::alloc` allocation; commit and decommit do nothing.
+//!
+//! Only this module talks to the OS.
+
+use std::ptr::NonNull;
+
+/// A reserved, page-aligned span of address space, released on drop.
+#[derive(Debug)]
+pub(crate) struct Region {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a `Region` is an owned span of address space with no thread affinity; the OS
+// calls made on it are thread-safe.
+unsafe impl Send for Region {}
+// SAFETY: `&Region` only exposes the base address, the length and commit/decommit, which
+// are thread-safe OS calls; the pool synchronises what is written into the span.
+unsafe impl Sync for Region {}
+
+/// The granularity of commit and decommit, a power of two.
+pub(crate) fn page_size() -> usize {
+    use std::sync::OnceLock;
+    static PAGE: OnceLock<usize> = OnceLock::new();
+    *PAGE.get_or_init(os::page_size)
+}
+
+impl Region {
+    /// Reserves at least `len` bytes (rounded up to whole pages) of address space.
+    ///
+    /// Returns the OS error when the reservation is refused, and `None` when `len` rounded up
+    /// to a page overflows or exceeds `isize::MAX`.
+    pub(crate) fn reserve(len: usize) -> Option<Result<Region, std::io::Error>> {
+        let page = page_size();
+        let len = len.checked_add(page - 1)? & !(page - 1);
+        if len == 0 || len > isize::MAX as usize {
+            return None;
+        }
+        Some(os::reserve(len).map(|base| Region { base, len }))
+    }
+
+    /// First byte of the region; page-aligned.
+    pub(crate) fn base(&self) -> NonNull<u8> {
+        self.base
+    }
+
+    /// Length of the region in bytes; a whole number of pages.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Makes `[ptr, ptr + len)` readable and writable, whole pages around it included.
+    ///
+    /// Returns false when the OS refuses (out of commit charge).
+    ///
+    /// # Safety
+    /// The range lies inside this region.
+    #[inline]
+    pub(crate) unsafe fn commit(&self, ptr: *mut u8, len: usize) -> bool {
+        debug_assert!(self.contains_range(ptr, len));
+        // SAFETY: the caller keeps the range inside the region.
+        unsafe { os::commit(ptr, len) }
+    }
+
+    /// Gives the physical memory of the whole pages inside `[ptr, ptr + len)` back to the OS.
+    /// Their contents are lost: they read as zero (unix) or must be committed again before
+    /// use (windows). Partial pages at either end are left alone.
+    ///
+    /// # Safety
+    /// The range lies inside this region and nobody uses its contents any more.
+    pub(crate) unsafe fn decommit(&self, ptr: *mut u8, len: usize) {
+        debug_assert!(self.contains_range(ptr, len));
+        let page = page_size();
+        let start = (ptr as usize).next_multiple_of(page);
+        let end = (ptr as usize + len) & !(page - 1);
+        if end > start {
+            // SAFETY: `start..end` is a whole-page sub-range of the caller's range, measured
+            // from `ptr` so the pointer keeps the region's provenance.
+            unsafe { os::decommit(ptr.add(start - ptr as usize), end - start) }
+        }
+    }
+
+    fn contains_range(&self, ptr: *mut u8, len: usize) -> bool {
+        let base = self.base.as_ptr() as usize;
+        let p = ptr as usize;
+        p >= base && p.checked_add(len).is_some_and(|e| e <= base + self.len)
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` are exactly what `os::reserve` returned; the region's owner
+        // (a pool) is being dropped, so nothing points into it any more.
+        unsafe { os::release(self.base, self.len) }
+    }
+}
+
+#[cfg(all(unix, not(miri)))]
+mod os {
+    use std::ptr::NonNull;
+
+    pub(super) fn page_size() -> usize {
+        // SAFETY: sysconf has no preconditions.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if p > 0 { p as usize } else { 4096 }
+    }
+
+    pub(super) fn reserve(len: usize) -> Result<NonNull<u8>, std::io::Error> {
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches
+        // no existing memory. MAP_NORESERVE: pages are charged only when touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        NonNull::new(p.cast()).ok_or_else(|| std::io::Error::other("mmap returned null"))
+    }
+
+    #[inline(always)]
+    pub(super) unsafe fn commit(_ptr: *mut u8, _len: usize) -> bool {
+        // The mapping is already readable and writable; the kernel backs a page when it is
+        // first touched.
+        true
+    }
+
+    pub(super) unsafe fn decommit(ptr: *mut u8, len: usize) {
+        // SAFETY: the caller passes whole pages of our own mapping whose contents are dead;
+        // MADV_DONTNEED on a private anonymous mapping drops them and they read as zero later.
+        unsafe { libc::madvise(ptr.cast(), len, libc::MADV_DONTNEED) };
+    }
+
+    pub(super) unsafe fn release(base: NonNull<u8>, len: usize) {
+        // SAFETY: `base`/`len` describe exactly one mapping created by `reserve`.
+        unsafe { libc::munmap(base.as_ptr().cast(), len) };
+    }
+}
+
+#[cfg(all(windows, not(miri)))]
+mod os {
+    use std::ptr::NonNull;
+    use windows_sys::Win32::System::Memory::{
+        MEM_COMMIT, MEM_DECOMMIT, MEM_RELEASE, MEM_RESERVE, PAGE_NOACCESS, PAGE_READWRITE,
+        VirtualAlloc, VirtualFree,
+    };
+    use windows_sys::Win32::System::SystemInformation::{GetSystemInfo, SYSTEM_INFO};
+
+    pub(super) fn page_size() -> usize {
+        // SAFETY: GetSystemInfo fills the struct it is given and has no other effect.
+        let info = unsafe {
+            let mut info: SYSTEM_INFO = std::mem::zeroed();
+            GetSystemInfo(&mut info);
+            info
+        };
+        (info.dwPageSize as usize).max(4096)
+    }
+
+    pub(super) fn reserve(len: usize) -> Result<NonNull<u8>, std::io::Error> {
+        // SAFETY: reserving fresh address space at a system-chosen address.
+        let p = unsafe { VirtualAlloc(std::ptr::null(), len, MEM_RESERVE, PAGE_NOACCESS) };
+        NonNull::new(p.cast()).ok_or_else(std::io::Error::last_os_error)
+    }
+
+    pub(super) unsafe fn commit(ptr: *mut u8, len: usize) -> bool {
+        // SAFETY: the range lies in our reservation; committing committed pages is a no-op.
+        let p = unsafe { VirtualAlloc(ptr.cast(), len, MEM_COMMIT, PAGE_READWRITE) };
+        !p.is_null()
+    }
+
+    pub(super) unsafe fn decommit(ptr: *mut u8, len: usize) {
+        // SAFETY: whole pages of our reservation whose contents are dead.
+        unsafe { VirtualFree(ptr.cast(), len, MEM_DECOMMIT) };
+    }
+
+    pub(super) unsafe fn release(base: NonNull<u8>, _len: usize) {
+        // SAFETY: `base` is the address `VirtualAlloc(MEM_RESERVE)` returned.
+        unsafe { VirtualFree(base.as_ptr().cast(), 0, MEM_RELEASE) };
+    }
+}
+
+#[cfg(any(miri, not(any(unix, windows))))]
+mod os {
+    use std::alloc::Layout;
+    use std::ptr::NonNull;
+
+    const ALIGN: usize = 4096;
+
+    pub(super) fn page_size() -> usize {
+        ALIGN
+    }
+
+    pub(super) fn reserve(len: usize) -> Result<NonNull<u8>, std::io::Error> {
+        let layout = Layout::from_size_align(len, ALIGN).map_err(std::io::Error::other)?;
+        // SAFETY: `len` is non-zero (checked by `Region::reserve`).
+        let p = unsafe { std::alloc::alloc(layout) };
+        NonNull::new(p).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory))
+    }
+
+    pub(super) unsafe fn commit(_ptr: *mut u8, _len: usize) -> bool {
+        true
+    }
+
+    pub(super) unsafe fn decommit(_ptr: *mut u8, _len: usize) {}
+
+    pub(super) unsafe fn release(base: NonNull<u8>, len: usize) {
+        // SAFETY: allocated by `reserve` with this exact layout.
+        unsafe { std::alloc::dealloc(base.as_ptr(), Layout::from_size_align_unchecked(len, ALIGN)) }
+    }
+}
