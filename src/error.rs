@@ -78,7 +78,12 @@ pub enum PoolError {
 impl fmt::Display for PoolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            PoolError::Exhausted { pool, requested, free, largest_free } => write!(
+            PoolError::Exhausted {
+                pool,
+                requested,
+                free,
+                largest_free,
+            } => write!(
                 f,
                 "memory pool '{pool}' exhausted: asked for {requested} bytes, \
                  {free} bytes free, largest free block {largest_free} bytes"
@@ -86,15 +91,26 @@ impl fmt::Display for PoolError {
             PoolError::ZeroSize { pool } => {
                 write!(f, "memory pool '{pool}': a block of 0 bytes was requested")
             }
-            PoolError::TooLarge { pool, requested, max_usable } => write!(
+            PoolError::TooLarge {
+                pool,
+                requested,
+                max_usable,
+            } => write!(
                 f,
                 "memory pool '{pool}': {requested} bytes can never fit (at most {max_usable})"
             ),
             PoolError::InvalidCapacity { pool, capacity } => {
                 write!(f, "memory pool '{pool}': invalid capacity {capacity}")
             }
-            PoolError::ReserveFailed { pool, capacity, os_code } => {
-                write!(f, "memory pool '{pool}': could not reserve {capacity} bytes")?;
+            PoolError::ReserveFailed {
+                pool,
+                capacity,
+                os_code,
+            } => {
+                write!(
+                    f,
+                    "memory pool '{pool}': could not reserve {capacity} bytes"
+                )?;
                 match os_code {
                     Some(code) => write!(f, " ({})", std::io::Error::from_raw_os_error(code)),
                     None => Ok(()),
@@ -160,7 +176,10 @@ impl fmt::Display for AllocError {
                 f,
                 "arena on pool '{pool}': requested size overflows isize::MAX"
             ),
-            AllocError::Full { requested, remaining } => write!(
+            AllocError::Full {
+                requested,
+                remaining,
+            } => write!(
                 f,
                 "frame arena full: asked for {requested} bytes, {remaining} left"
             ),

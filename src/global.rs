@@ -31,7 +31,11 @@ pub struct GlobalPoolConfig {
 
 impl Default for GlobalPoolConfig {
     fn default() -> Self {
-        GlobalPoolConfig { engine: 256 << 20, game: 512 << 20, scratch: 64 << 20 }
+        GlobalPoolConfig {
+            engine: 256 << 20,
+            game: 512 << 20,
+            scratch: 64 << 20,
+        }
     }
 }
 
@@ -42,7 +46,11 @@ struct Config {
 }
 
 static CONFIG: Mutex<Config> = Mutex::new(Config {
-    sizes: GlobalPoolConfig { engine: 256 << 20, game: 512 << 20, scratch: 64 << 20 },
+    sizes: GlobalPoolConfig {
+        engine: 256 << 20,
+        game: 512 << 20,
+        scratch: 64 << 20,
+    },
     frozen: None,
 });
 static ENGINE: OnceLock<MemoryPool> = OnceLock::new();
@@ -69,9 +77,11 @@ pub fn configure_global_pools(config: GlobalPoolConfig) -> Result<(), PoolError>
     if let Some(pool) = c.frozen {
         return Err(PoolError::AlreadyCreated { pool });
     }
-    for (pool, capacity) in
-        [("engine", config.engine), ("game", config.game), ("scratch", config.scratch)]
-    {
+    for (pool, capacity) in [
+        ("engine", config.engine),
+        ("game", config.game),
+        ("scratch", config.scratch),
+    ] {
         if capacity == 0 {
             return Err(PoolError::InvalidCapacity { pool, capacity });
         }

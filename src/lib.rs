@@ -5,6 +5,12 @@
 //! - [`MemoryPool`]: a reserved region of address space split into 16-byte-aligned
 //!   [`MemoryBlock`]s in O(1) (TLSF), coalescing on release and giving memory back to the OS.
 //!   Three global pools: [`engine_pool`], [`game_pool`], [`scratch_pool`].
+//! - [`MemoryArena`]: a paged bump arena over one pool's blocks: a few instructions per
+//!   allocation, LIFO [`pop`](MemoryArena::pop), in-place [`realloc`](MemoryArena::realloc)
+//!   of the newest allocation, checkpoints and safe scopes, and a `reset` that keeps the one
+//!   block the next frame needs. `&MemoryArena` is an `allocator_api2` allocator.
+//! - [`FrameArena`] and the per-thread frame arena ([`thread_arena_alloc`]), seed 000's API
+//!   on the scratch pool, and [`with_scratch`] for safe, nestable scratch space.
 //!
 //! See `ARCHITECTURE.md` for the layers and their invariants.
 //!
@@ -19,12 +25,25 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
 
+mod alloc_api;
+mod arena;
 mod block;
 mod error;
+mod frame;
 mod global;
 pub mod poison;
 mod pool;
+mod scratch;
+mod typed;
 mod vm;
+
+pub use arena::{ArenaConfig, ArenaScope, ArenaStats, Checkpoint, MemoryArena};
+pub use frame::{
+    DEFAULT_THREAD_ARENA_CAPACITY, FrameArena, set_thread_arena_capacity, thread_arena_alloc,
+    thread_arena_reset, thread_arena_stats,
+};
+pub use scratch::with_scratch;
+pub use typed::ArenaBox;
 
 pub use block::MemoryBlock;
 pub use error::{AllocError, PoolError};

@@ -192,7 +192,9 @@ impl Tlsf {
         // SAFETY: as above.
         unsafe {
             (*block).next = head;
-            (*block).word = Word { prev_free: ptr::null_mut() };
+            (*block).word = Word {
+                prev_free: ptr::null_mut(),
+            };
             if !head.is_null() {
                 (*head).word = Word { prev_free: block };
             }
@@ -317,7 +319,10 @@ impl MemoryPool {
     /// ```
     pub fn new(name: &'static str, capacity: usize) -> Result<MemoryPool, PoolError> {
         if capacity == 0 {
-            return Err(PoolError::InvalidCapacity { pool: name, capacity });
+            return Err(PoolError::InvalidCapacity {
+                pool: name,
+                capacity,
+            });
         }
         let region = match Region::reserve(capacity) {
             Some(Ok(region)) => region,
@@ -328,7 +333,13 @@ impl MemoryPool {
                     os_code: e.raw_os_error(),
                 });
             }
-            None => return Err(PoolError::ReserveFailed { pool: name, capacity, os_code: None }),
+            None => {
+                return Err(PoolError::ReserveFailed {
+                    pool: name,
+                    capacity,
+                    os_code: None,
+                });
+            }
         };
         let len = region.len();
         let base = region.base().as_ptr();
@@ -336,7 +347,11 @@ impl MemoryPool {
         // inside the fresh region.
         unsafe {
             if !region.commit(base, HEADER) || !region.commit(base.add(len - 8), 8) {
-                return Err(PoolError::ReserveFailed { pool: name, capacity, os_code: None });
+                return Err(PoolError::ReserveFailed {
+                    pool: name,
+                    capacity,
+                    os_code: None,
+                });
             }
         }
         let mut tlsf = Box::new(Tlsf {
@@ -365,9 +380,16 @@ impl MemoryPool {
             write_footer(first);
             tlsf.insert(first);
             // Nobody may touch free space until it is handed out.
-            poison::hide(MemoryBlock::data_of(NonNull::new_unchecked(first)).as_ptr(), len - HEADER - 8);
+            poison::hide(
+                MemoryBlock::data_of(NonNull::new_unchecked(first)).as_ptr(),
+                len - HEADER - 8,
+            );
         }
-        Ok(MemoryPool { name, region, state: Mutex::new(tlsf) })
+        Ok(MemoryPool {
+            name,
+            region,
+            state: Mutex::new(tlsf),
+        })
     }
 
     /// The name given at creation; it appears in every error, panic and tracing event.
@@ -414,15 +436,20 @@ impl MemoryPool {
         let max_usable = capacity - HEADER;
         let size = match min_usable.checked_next_multiple_of(BLOCK_ALIGN) {
             Some(n) if n <= max_usable => (n + HEADER).max(MIN_BLOCK),
-            _ => return Err(PoolError::TooLarge { pool, requested: min_usable, max_usable }),
+            _ => {
+                return Err(PoolError::TooLarge {
+                    pool,
+                    requested: min_usable,
+                    max_usable,
+                });
+            }
         };
 
         let mut st = self.state.lock();
         let block = st.find(size);
         if block.is_null() {
             st.exhaustions += 1;
-            let (free, largest_free) =
-                (capacity - st.in_use, st.largest().saturating_sub(HEADER));
+            let (free, largest_free) = (capacity - st.in_use, st.largest().saturating_sub(HEADER));
             drop(st);
             return Err(self.exhausted(min_usable, free, largest_free));
         }
@@ -434,13 +461,20 @@ impl MemoryPool {
             let end = block.cast::<u8>().add(total);
             let region_end = self.region.base().as_ptr().add(capacity);
             let rest = total - size;
-            let (size, rest) = if rest >= MIN_BLOCK { (size, rest) } else { (total, 0) };
+            let (size, rest) = if rest >= MIN_BLOCK {
+                (size, rest)
+            } else {
+                (total, 0)
+            };
             // Commit the block and, when split, the header of the remainder after it.
             let commit_len = if rest > 0 { size + HEADER } else { size };
             if !self.region.commit(block.cast(), commit_len) {
                 st.insert(block);
                 drop(st);
-                return Err(PoolError::CommitFailed { pool, requested: min_usable });
+                return Err(PoolError::CommitFailed {
+                    pool,
+                    requested: min_usable,
+                });
             }
             if rest > 0 {
                 let tail = block.cast::<u8>().add(size).cast::<MemoryBlock>();
@@ -456,7 +490,9 @@ impl MemoryPool {
                 st.insert(tail);
                 (*block).size = size;
             } else if end < region_end {
-                (*end.cast::<MemoryBlock>()).flags.fetch_and(!PREV_FREE, Relaxed);
+                (*end.cast::<MemoryBlock>())
+                    .flags
+                    .fetch_and(!PREV_FREE, Relaxed);
             }
             (*block).magic = MAGIC_USED;
             (*block).next = ptr::null_mut();
@@ -489,7 +525,12 @@ impl MemoryPool {
             "memory pool '{pool}' exhausted: asked for {requested} bytes, {free} free, \
              largest free block {largest_free}"
         );
-        PoolError::Exhausted { pool, requested, free, largest_free }
+        PoolError::Exhausted {
+            pool,
+            requested,
+            free,
+            largest_free,
+        }
     }
 
     /// Gives `block` back and merges it with its free neighbours at once. O(1).
@@ -512,7 +553,7 @@ impl MemoryPool {
         let base = self.region.base().as_ptr() as usize;
         let addr = b as usize;
         let capacity = self.region.len();
-        if addr < base || addr > base + capacity - MIN_BLOCK || addr % BLOCK_ALIGN != 0 {
+        if addr < base || addr > base + capacity - MIN_BLOCK || !addr.is_multiple_of(BLOCK_ALIGN) {
             self.bad_free(b, "is not a block of this pool (foreign pointer)");
         }
         // SAFETY: the address is a 16-aligned header slot inside our region, which is mapped
@@ -521,7 +562,10 @@ impl MemoryPool {
         match magic {
             MAGIC_USED => {}
             MAGIC_FREE => self.bad_free(b, "was already freed (double free)"),
-            _ => self.bad_free(b, "has no valid block header (foreign pointer or overwritten header)"),
+            _ => self.bad_free(
+                b,
+                "has no valid block header (foreign pointer or overwritten header)",
+            ),
         }
         if size < MIN_BLOCK || size % BLOCK_ALIGN != 0 || size > base + capacity - addr {
             self.bad_free(b, "has a corrupted size in its header");
@@ -553,7 +597,12 @@ impl MemoryPool {
             if (*b).flags.load(Relaxed) & PREV_FREE != 0 {
                 let prev_size = footer(b);
                 let prev = b.cast::<u8>().sub(prev_size).cast::<MemoryBlock>();
-                debug_assert_eq!((*prev).magic, MAGIC_FREE, "pool '{}': bad boundary tag", self.name);
+                debug_assert_eq!(
+                    (*prev).magic,
+                    MAGIC_FREE,
+                    "pool '{}': bad boundary tag",
+                    self.name
+                );
                 st.remove(prev);
                 total += prev_size;
                 (*b).magic = 0;
@@ -566,11 +615,16 @@ impl MemoryPool {
             write_footer(start);
             let after = start.cast::<u8>().add(total);
             if (after as usize) < region_end {
-                (*after.cast::<MemoryBlock>()).flags.fetch_or(PREV_FREE, Relaxed);
+                (*after.cast::<MemoryBlock>())
+                    .flags
+                    .fetch_or(PREV_FREE, Relaxed);
             }
             st.insert(start);
             // Headers of absorbed blocks are now plain free space.
-            poison::hide(MemoryBlock::data_of(NonNull::new_unchecked(start)).as_ptr(), total - HEADER - 8);
+            poison::hide(
+                MemoryBlock::data_of(NonNull::new_unchecked(start)).as_ptr(),
+                total - HEADER - 8,
+            );
 
             if st.dirty_free > st.retain_limit {
                 self.decommit_free(start);
@@ -589,7 +643,8 @@ impl MemoryPool {
         // and footer (outside the range) stay committed.
         unsafe {
             let size = (*b).size;
-            self.region.decommit(b.cast::<u8>().add(HEADER), size - HEADER - 8);
+            self.region
+                .decommit(b.cast::<u8>().add(HEADER), size - HEADER - 8);
         }
     }
 
@@ -597,7 +652,10 @@ impl MemoryPool {
     #[inline(never)]
     #[track_caller]
     fn bad_free(&self, block: *mut MemoryBlock, what: &str) -> ! {
-        panic!("memory pool '{}': free_block({block:p}): the block {what}", self.name)
+        panic!(
+            "memory pool '{}': free_block({block:p}): the block {what}",
+            self.name
+        )
     }
 
     /// A snapshot of the pool's counters. O(1) (the largest free block is found as
@@ -748,7 +806,10 @@ mod tests {
             if fl > 0 {
                 let msb = fl as u32 + SMALL.trailing_zeros() - 1;
                 let class_start = (1usize << msb) + (sl << (msb - SL_LOG2));
-                assert!(class_start >= size, "size {size} rounded to class starting {class_start}");
+                assert!(
+                    class_start >= size,
+                    "size {size} rounded to class starting {class_start}"
+                );
             }
         }
         assert!(mapping(isize::MAX as usize).0 < FL_COUNT);

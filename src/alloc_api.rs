@@ -1,0 +1,113 @@
+//! `allocator_api2::alloc::Allocator` for `&MemoryArena`, so arena memory backs
+//! `allocator_api2::vec::Vec`, `hashbrown::HashMap` and friends.
+//!
+//! Implemented for the reference only: a blanket `impl Allocator for &A` in allocator-api2
+//! would clash with an impl on the arena itself, and an owned-arena impl would let
+//! `vec.allocator_mut().reset()` free the vector's own buffer (bump-scope #137).
+//!
+//! `deallocate` of the top allocation pops it; `grow` and `shrink` of the top happen in
+//! place while its block has room; everything else falls back to allocate-and-copy, with
+//! the old bytes left for the next reset.
+
+use std::alloc::Layout;
+use std::ptr::NonNull;
+
+use allocator_api2::alloc::{AllocError, Allocator};
+
+use crate::arena::MemoryArena;
+
+// SAFETY: memory handed out stays valid (and is never handed out twice) until the arena is
+// reset, rewound or dropped, all of which need `&mut MemoryArena` or an `unsafe` call whose
+// contract forbids it while allocations are alive, and an `&MemoryArena` held by a
+// collection keeps `&mut` away. Copies of the `&MemoryArena` allocator are the same
+// allocator. `grow`/`shrink` only work in place on the top allocation of the current
+// block (`MemoryArena::realloc` checks), so an older allocation is never extended over a
+// newer one.
+unsafe impl Allocator for &MemoryArena<'_> {
+    #[inline(always)]
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        match self.try_alloc(layout) {
+            Ok(p) => Ok(NonNull::slice_from_raw_parts(p, layout.size())),
+            Err(_) => Err(AllocError),
+        }
+    }
+
+    #[inline]
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+        // SAFETY: the collection gives the allocation up; popping it when it is the top is
+        // exactly what `pop` allows, and any other pointer is a no-op.
+        unsafe { self.pop(ptr, layout) };
+    }
+
+    #[inline]
+    unsafe fn grow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: forwarded from the caller's contract (`ptr` live with `old`).
+        unsafe { resize(self, ptr, old, new) }
+    }
+
+    #[inline]
+    unsafe fn grow_zeroed(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: forwarded from the caller's contract.
+        let p = unsafe { resize(self, ptr, old, new)? };
+        // SAFETY: the new allocation has `new.size() >= old.size()` bytes.
+        unsafe {
+            p.cast::<u8>()
+                .as_ptr()
+                .add(old.size())
+                .write_bytes(0, new.size() - old.size())
+        };
+        Ok(p)
+    }
+
+    #[inline]
+    unsafe fn shrink(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { resize(self, ptr, old, new) }
+    }
+}
+
+/// Grow or shrink: in place through `realloc` when the alignment allows, else a fresh
+/// allocation and a copy.
+///
+/// # Safety
+/// `ptr` is live in `arena` with layout `old`.
+#[inline]
+unsafe fn resize(
+    arena: &MemoryArena<'_>,
+    ptr: NonNull<u8>,
+    old: Layout,
+    new: Layout,
+) -> Result<NonNull<[u8]>, AllocError> {
+    let p = if new.align() <= old.align() || (ptr.as_ptr() as usize).is_multiple_of(new.align()) {
+        // `ptr` already satisfies the new alignment, so `realloc` may keep it.
+        let keep = Layout::from_size_align(old.size(), old.align().max(new.align()))
+            .map_err(|_| AllocError)?;
+        // SAFETY: `ptr` is live with `old`'s size and is aligned to `keep.align()`.
+        unsafe { arena.realloc(ptr, keep, new.size()) }.map_err(|_| AllocError)?
+    } else {
+        let q = arena.try_alloc(new).map_err(|_| AllocError)?;
+        // SAFETY: `q` is fresh and disjoint from the live `ptr`; then the old one is dead.
+        unsafe {
+            q.as_ptr()
+                .copy_from_nonoverlapping(ptr.as_ptr(), old.size().min(new.size()));
+            arena.pop(ptr, old);
+        }
+        q
+    };
+    Ok(NonNull::slice_from_raw_parts(p, new.size()))
+}

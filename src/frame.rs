@@ -1,0 +1,336 @@
+//! `FrameArena` (seed 000's API) and the per-thread frame arena.
+//!
+//! A `FrameArena` is a fixed-capacity bump arena over one block of the scratch pool: the
+//! seed's design, kept exactly (same methods, same `Option` results, `unsafe reset(&self)`),
+//! with two changes: the memory comes from [`scratch_pool`] instead of the global heap,
+//! and alignments above 16 are honoured by aligning the address rather than the offset.
+//!
+//! The thread-local frame arena ([`thread_arena_alloc`] / [`thread_arena_reset`]) is a
+//! `FrameArena` per thread, created on the thread's first allocation and given back to the
+//! pool when the thread exits.
+
+use std::alloc::Layout;
+use std::cell::{Cell, OnceCell};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::block::MemoryBlock;
+use crate::error::PoolError;
+use crate::global::scratch_pool;
+use crate::poison;
+use crate::pool::MemoryPool;
+
+/// A fixed-capacity bump arena for per-frame allocations, over one block of a pool.
+///
+/// All allocations are freed together by [`reset`](FrameArena::reset), in O(1).
+///
+/// ```
+/// use std::alloc::Layout;
+/// use nebula_memory::FrameArena;
+///
+/// let arena = FrameArena::new(4096);
+/// let p = arena.alloc(Layout::from_size_align(64, 8).unwrap()).unwrap();
+/// assert_eq!(p.as_ptr() as usize % 8, 0);
+/// assert_eq!(arena.bytes_used(), 64);
+/// // SAFETY: `p` is not used after this.
+/// unsafe { arena.reset() };
+/// assert_eq!(arena.bytes_remaining(), 4096);
+/// ```
+pub struct FrameArena {
+    block: NonNull<MemoryBlock>,
+    base: NonNull<u8>,
+    capacity: usize,
+    offset: Cell<usize>,
+    high_watermark: Cell<usize>,
+    pool: &'static MemoryPool,
+}
+
+// SAFETY: the arena exclusively owns its block; the pool it returns it to is `Sync`.
+unsafe impl Send for FrameArena {}
+
+impl FrameArena {
+    /// An arena of exactly `capacity` usable bytes, backed by a block of the scratch pool.
+    /// O(1).
+    ///
+    /// # Panics
+    /// If `capacity` is 0 or the scratch pool cannot supply the block (use
+    /// [`FrameArena::try_new_in`] to get the error instead).
+    ///
+    /// ```
+    /// let arena = nebula_memory::FrameArena::new(1 << 20);
+    /// assert_eq!(arena.capacity(), 1 << 20);
+    /// ```
+    #[track_caller]
+    pub fn new(capacity: usize) -> Self {
+        assert!(capacity > 0, "Arena capacity must be > 0");
+        Self::try_new_in(scratch_pool(), capacity)
+            .unwrap_or_else(|e| panic!("FrameArena::new({capacity}): {e}"))
+    }
+
+    /// An arena of exactly `capacity` usable bytes in a block of `pool`. O(1).
+    ///
+    /// # Errors
+    /// The pool's refusal ([`PoolError::ZeroSize`] for a capacity of 0).
+    ///
+    /// ```
+    /// let arena = nebula_memory::FrameArena::try_new_in(nebula_memory::engine_pool(), 4096).unwrap();
+    /// assert_eq!(arena.bytes_remaining(), 4096);
+    /// ```
+    pub fn try_new_in(pool: &'static MemoryPool, capacity: usize) -> Result<Self, PoolError> {
+        let block = pool.allocate_block(capacity)?;
+        let base = MemoryBlock::data_of(block);
+        // SAFETY: the block is ours and its data spans at least `capacity` bytes; nothing of
+        // it is handed out yet.
+        unsafe { poison::hide(base.as_ptr(), capacity) };
+        Ok(FrameArena {
+            block,
+            base,
+            capacity,
+            offset: Cell::new(0),
+            high_watermark: Cell::new(0),
+            pool,
+        })
+    }
+
+    /// Allocates `layout.size()` bytes aligned to `layout.align()` (any power of two), or
+    /// `None` when the arena has no room. O(1). The memory is valid until the next reset.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let arena = nebula_memory::FrameArena::new(256);
+    /// assert!(arena.alloc(Layout::from_size_align(256, 1).unwrap()).is_some());
+    /// assert!(arena.alloc(Layout::from_size_align(1, 1).unwrap()).is_none());
+    /// ```
+    #[inline]
+    pub fn alloc(&self, layout: Layout) -> Option<NonNull<u8>> {
+        let offset = self.offset.get();
+        let addr = (self.base.as_ptr() as usize).wrapping_add(offset);
+        let pad = addr.wrapping_neg() & (layout.align() - 1);
+        // `offset <= capacity`; `pad + size <= isize::MAX` by `Layout`: no overflow.
+        if pad + layout.size() > self.capacity - offset {
+            return None;
+        }
+        let start = offset + pad;
+        self.offset.set(start + layout.size());
+        // SAFETY: `start + size <= capacity`, inside our block's data.
+        unsafe {
+            let p = self.base.add(start);
+            poison::hand_out(p.as_ptr(), layout.size());
+            Some(p)
+        }
+    }
+
+    /// Moves `value` into the arena; `None` when it has no room. O(1).
+    ///
+    /// `T` must not need dropping (the arena never runs destructors): a type with drop
+    /// glue fails to compile.
+    ///
+    /// ```
+    /// let arena = nebula_memory::FrameArena::new(64);
+    /// let v = arena.alloc_val(42u64).unwrap();
+    /// *v += 1;
+    /// assert_eq!(*v, 43);
+    /// ```
+    #[allow(clippy::mut_from_ref)]
+    pub fn alloc_val<T>(&self, value: T) -> Option<&mut T> {
+        const {
+            assert!(
+                !std::mem::needs_drop::<T>(),
+                "FrameArena never runs destructors: this type has one"
+            )
+        };
+        let p = self.alloc(Layout::new::<T>())?.cast::<T>();
+        // SAFETY: fresh, aligned memory for one T, valid until reset (which is unsafe and
+        // requires that no reference is held).
+        unsafe {
+            p.write(value);
+            Some(&mut *p.as_ptr())
+        }
+    }
+
+    /// A slice of `count` copies of `value`; `None` when it does not fit or the size
+    /// overflows. O(count).
+    ///
+    /// ```
+    /// let arena = nebula_memory::FrameArena::new(64);
+    /// assert_eq!(arena.alloc_slice(3, 9u8).unwrap(), &[9, 9, 9]);
+    /// assert!(arena.alloc_slice(usize::MAX, 0u32).is_none());
+    /// ```
+    #[allow(clippy::mut_from_ref)]
+    pub fn alloc_slice<T: Copy>(&self, count: usize, value: T) -> Option<&mut [T]> {
+        let layout = Layout::array::<T>(count).ok()?;
+        let p = self.alloc(layout)?.cast::<T>().as_ptr();
+        // SAFETY: room for `count` Ts was just allocated.
+        unsafe {
+            for i in 0..count {
+                p.add(i).write(value);
+            }
+            Some(std::slice::from_raw_parts_mut(p, count))
+        }
+    }
+
+    /// Frees every allocation at once. O(1) (debug builds also fill the freed bytes with
+    /// 0xDD).
+    ///
+    /// # Safety
+    /// No pointer or reference into the arena is used after this call.
+    ///
+    /// ```
+    /// let arena = nebula_memory::FrameArena::new(64);
+    /// arena.alloc_val(1u32);
+    /// // SAFETY: the value is not used again.
+    /// unsafe { arena.reset() };
+    /// assert_eq!(arena.bytes_used(), 0);
+    /// ```
+    pub unsafe fn reset(&self) {
+        let used = self.offset.replace(0);
+        self.high_watermark.set(self.high_watermark.get().max(used));
+        // SAFETY: the caller guarantees the handed-out bytes are dead.
+        unsafe { poison::give_back(self.base.as_ptr(), used) };
+    }
+
+    /// Bytes allocated since the last reset, alignment padding included. O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::FrameArena::new(64);
+    /// assert_eq!(arena.bytes_used(), 0);
+    /// ```
+    pub fn bytes_used(&self) -> usize {
+        self.offset.get()
+    }
+
+    /// Usable bytes: exactly the capacity asked for. O(1).
+    ///
+    /// ```
+    /// assert_eq!(nebula_memory::FrameArena::new(100).capacity(), 100);
+    /// ```
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The most bytes ever in use at once, across resets. O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::FrameArena::new(64);
+    /// arena.alloc_slice(10, 0u8);
+    /// // SAFETY: the slice is not used again.
+    /// unsafe { arena.reset() };
+    /// assert_eq!(arena.high_watermark(), 10);
+    /// ```
+    pub fn high_watermark(&self) -> usize {
+        self.high_watermark.get().max(self.offset.get())
+    }
+
+    /// `capacity() - bytes_used()`. O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::FrameArena::new(64);
+    /// arena.alloc_val(0u32);
+    /// assert_eq!(arena.bytes_remaining(), 60);
+    /// ```
+    pub fn bytes_remaining(&self) -> usize {
+        self.capacity - self.offset.get()
+    }
+}
+
+impl Drop for FrameArena {
+    fn drop(&mut self) {
+        // SAFETY: the block came from `self.pool` and dies with the arena.
+        unsafe { self.pool.free_block(self.block) }
+    }
+}
+
+impl std::fmt::Debug for FrameArena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameArena")
+            .field("pool", &self.pool.name())
+            .field("bytes_used", &self.bytes_used())
+            .field("capacity", &self.capacity)
+            .field("high_watermark", &self.high_watermark())
+            .finish()
+    }
+}
+
+/// Capacity of each thread's frame arena unless changed by
+/// [`set_thread_arena_capacity`]: 4 MiB (the seed's 16 MiB would let only four threads fit
+/// in the default 64 MiB scratch pool).
+pub const DEFAULT_THREAD_ARENA_CAPACITY: usize = 4 << 20;
+
+static THREAD_ARENA_CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_THREAD_ARENA_CAPACITY);
+
+/// Sets the capacity of thread frame arenas created from now on (threads that already have
+/// one keep theirs). O(1).
+///
+/// ```
+/// nebula_memory::set_thread_arena_capacity(1 << 20);
+/// ```
+pub fn set_thread_arena_capacity(bytes: usize) {
+    THREAD_ARENA_CAPACITY.store(bytes, Ordering::Relaxed);
+}
+
+thread_local! {
+    static THREAD_ARENA: OnceCell<FrameArena> = const { OnceCell::new() };
+}
+
+/// Allocates from the current thread's frame arena, creating it (a block of the scratch
+/// pool) on the thread's first call. `None` when the arena is full, the scratch pool cannot
+/// supply it, or the thread is shutting down. O(1).
+///
+/// ```
+/// use std::alloc::Layout;
+/// let p = nebula_memory::thread_arena_alloc(Layout::new::<[u32; 16]>()).unwrap();
+/// assert_eq!(p.as_ptr() as usize % 4, 0);
+/// ```
+pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
+    THREAD_ARENA
+        .try_with(|cell| match cell.get() {
+            Some(arena) => arena.alloc(layout),
+            None => {
+                let capacity = THREAD_ARENA_CAPACITY.load(Ordering::Relaxed);
+                let arena = FrameArena::try_new_in(scratch_pool(), capacity).ok()?;
+                cell.get_or_init(|| arena).alloc(layout)
+            }
+        })
+        .ok()
+        .flatten()
+}
+
+/// Resets the current thread's frame arena (a no-op if it has none). Call it at the end of
+/// each frame on every thread that allocated. O(1).
+///
+/// # Safety
+/// No pointer returned by [`thread_arena_alloc`] on this thread is used afterwards.
+///
+/// ```
+/// use std::alloc::Layout;
+/// nebula_memory::thread_arena_alloc(Layout::new::<u64>());
+/// // SAFETY: the allocation above is not used.
+/// unsafe { nebula_memory::thread_arena_reset() };
+/// ```
+pub unsafe fn thread_arena_reset() {
+    let _ = THREAD_ARENA.try_with(|cell| {
+        if let Some(arena) = cell.get() {
+            // SAFETY: forwarded from the caller.
+            unsafe { arena.reset() }
+        }
+    });
+}
+
+/// Bytes in use in the current thread's frame arena, its high watermark and capacity, or
+/// `None` if the thread has none yet. O(1).
+///
+/// ```
+/// use std::alloc::Layout;
+/// nebula_memory::thread_arena_alloc(Layout::new::<u64>());
+/// let (used, _peak, capacity) = nebula_memory::thread_arena_stats().unwrap();
+/// assert!(used >= 8 && capacity > 0);
+/// ```
+pub fn thread_arena_stats() -> Option<(usize, usize, usize)> {
+    THREAD_ARENA
+        .try_with(|cell| {
+            cell.get()
+                .map(|a| (a.bytes_used(), a.high_watermark(), a.capacity()))
+        })
+        .ok()
+        .flatten()
+}
