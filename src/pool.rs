@@ -82,6 +82,10 @@ pub struct PoolStats {
     pub exhaustions: u64,
     /// Number of separate free ranges (1 when nothing is in use: fragmentation at a glance).
     pub free_ranges: usize,
+    /// Successful `allocate_block` calls ever (with `frees`, counts pool operations).
+    pub allocations: u64,
+    /// `free_block` calls ever.
+    pub frees: u64,
 }
 
 impl std::fmt::Display for PoolStats {
@@ -149,6 +153,8 @@ struct Tlsf {
     high_watermark: usize,
     exhaustions: u64,
     free_ranges: usize,
+    allocations: u64,
+    frees: u64,
     /// Bytes freed and not reused since the last decommit: an estimate of resident free memory.
     dirty_free: usize,
     retain_limit: usize,
@@ -363,6 +369,8 @@ impl MemoryPool {
             high_watermark: 0,
             exhaustions: 0,
             free_ranges: 0,
+            allocations: 0,
+            frees: 0,
             dirty_free: 0,
             retain_limit: (len / 8).min(DEFAULT_RETAIN_MAX),
         });
@@ -501,6 +509,7 @@ impl MemoryPool {
         };
         st.in_use += size;
         st.blocks_in_use += 1;
+        st.allocations += 1;
         st.high_watermark = st.high_watermark.max(st.in_use);
         st.dirty_free = st.dirty_free.saturating_sub(size);
         drop(st);
@@ -583,6 +592,7 @@ impl MemoryPool {
             }
             st.in_use -= size;
             st.blocks_in_use -= 1;
+            st.frees += 1;
             st.dirty_free = st.dirty_free.saturating_add(size);
 
             let region_end = base + capacity;
@@ -681,6 +691,8 @@ impl MemoryPool {
             high_watermark: st.high_watermark,
             exhaustions: st.exhaustions,
             free_ranges: st.free_ranges,
+            allocations: st.allocations,
+            frees: st.frees,
         }
     }
 
