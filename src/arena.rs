@@ -434,6 +434,8 @@ impl<'pool> MemoryArena<'pool> {
             self.bytes_held.set(self.bytes_held.get() - size);
             self.block_count.set(self.block_count.get() - 1);
             if (*block).magic == MAGIC_HEAP {
+                // Hand the heap its memory back unpoisoned.
+                poison::expose(block.cast(), size);
                 std::alloc::dealloc(block.cast(), Layout::from_size_align_unchecked(size, 16));
             } else {
                 self.pool.free_block(nn(block));
@@ -766,10 +768,10 @@ impl<'pool> MemoryArena<'pool> {
             }
         }
 
-        // SAFETY: `largest` (if any) is one of our blocks.
         let kept_cap = if largest.is_null() {
             0
         } else {
+            // SAFETY: `largest` is one of our blocks.
             unsafe { (*largest).capacity() }
         };
         let floor = round_block(self.config.first_block.max(1));

@@ -33,6 +33,9 @@ pub(crate) const MAGIC_HEAP: u32 = 0x4E42_4850; // "NBHP"
 
 /// Set on a block whose physical predecessor is free (its footer is then valid).
 pub(crate) const PREV_FREE: u32 = 1;
+/// Set on a free block that may hold resident pages (it was in use since it was last
+/// decommitted). Meaningless on a block in use.
+pub(crate) const DIRTY: u32 = 2;
 
 /// Alignment of every block and of every block's data.
 pub(crate) const BLOCK_ALIGN: usize = 16;
@@ -74,7 +77,7 @@ pub(crate) union Word {
 #[repr(C, align(16))]
 pub struct MemoryBlock {
     pub(crate) magic: u32,
-    /// Only `PREV_FREE`; atomic because the pool updates it under its lock while the
+    /// `PREV_FREE` and `DIRTY`; atomic because the pool updates it under its lock while the
     /// block may be in use (and borrowed) elsewhere.
     pub(crate) flags: AtomicU32,
     pub(crate) size: usize,

@@ -20,6 +20,23 @@ pub const GIVEN_BACK: u8 = 0xDD;
 unsafe extern "C" {
     fn __asan_poison_memory_region(addr: *const u8, size: usize);
     fn __asan_unpoison_memory_region(addr: *const u8, size: usize);
+    fn __asan_region_is_poisoned(addr: *const u8, size: usize) -> *const u8;
+}
+
+/// Whether any byte of `[ptr, ptr + len)` is poisoned (always `false` without ASan). Lets
+/// the pool reject a stale or foreign pointer before reading a header that is not one.
+#[inline(always)]
+pub(crate) fn is_hidden(ptr: *const u8, len: usize) -> bool {
+    #[cfg(nebula_asan)]
+    // SAFETY: a shadow-memory query; it reads no application memory.
+    unsafe {
+        return !__asan_region_is_poisoned(ptr, len).is_null();
+    }
+    #[cfg(not(nebula_asan))]
+    {
+        let _ = (ptr, len);
+        false
+    }
 }
 
 /// `[ptr, ptr + len)` now belongs to a caller: unpoison it and, in debug builds, fill it
@@ -46,8 +63,10 @@ pub(crate) unsafe fn hand_out(ptr: *mut u8, len: usize) {
 #[inline(always)]
 pub(crate) unsafe fn give_back(ptr: *mut u8, len: usize) {
     #[cfg(debug_assertions)]
-    // SAFETY: the caller guarantees the range is writable and dead.
+    // SAFETY: the caller guarantees the range is writable and dead. Part of it may already
+    // be poisoned (an arena's unused tail), so unpoison before filling.
     unsafe {
+        expose(ptr, len);
         ptr.write_bytes(GIVEN_BACK, len)
     };
     // SAFETY: forwarded from the caller.
