@@ -135,3 +135,18 @@ pub fn game_pool() -> &'static MemoryPool {
 pub fn scratch_pool() -> &'static MemoryPool {
     SCRATCH.get_or_init(|| create("scratch", |c| c.scratch))
 }
+
+/// Runs [`MemoryPool::maintain`] on each global pool that exists: gives free pages back to
+/// the OS where release pressure has lasted past the purge delay. Call it once per frame
+/// (the Bevy plugin will); cheap when nothing is due. Returns the ranges decommitted.
+///
+/// ```
+/// assert_eq!(nebula_memory::maintain_global_pools(), 0);
+/// ```
+pub fn maintain_global_pools() -> usize {
+    [&ENGINE, &GAME, &SCRATCH]
+        .iter()
+        .filter_map(|p| p.get())
+        .map(MemoryPool::maintain)
+        .sum()
+}

@@ -47,7 +47,10 @@ pub use typed::ArenaBox;
 
 pub use block::MemoryBlock;
 pub use error::{AllocError, PoolError};
-pub use global::{GlobalPoolConfig, configure_global_pools, engine_pool, game_pool, scratch_pool};
+pub use global::{
+    GlobalPoolConfig, configure_global_pools, engine_pool, game_pool, maintain_global_pools,
+    scratch_pool,
+};
 pub use pool::{MemoryPool, PoolStats};
 
 /// README.md's example, compiled and run as a doctest so it cannot rot.

@@ -16,19 +16,22 @@
 //!   [`crate::block`]), so two free blocks are never adjacent and releasing everything
 //!   restores the single initial range.
 //!
-//! Physical memory: the region is reserved, pages are committed as blocks are handed out,
-//! and once more than `retain_limit` bytes have been freed without being reused, the next
-//! release decommits the interior of the range it frees, so RSS falls after a peak.
-//! [`MemoryPool::trim`] decommits every free range at once.
+//! Physical memory: the region is reserved and pages are committed as blocks are handed
+//! out. Free ranges that may hold resident pages carry a `DIRTY` flag. When releases have
+//! outrun acquisitions by more than the retain limit and stayed so for the purge delay
+//! (mimalloc's answer to free-then-reallocate churn), one pass decommits every dirty free
+//! range, so RSS falls after a peak while a steady workload keeps its pages.
+//! [`MemoryPool::trim`] runs that pass at once; [`MemoryPool::maintain`] runs it if due.
 
 use std::ptr::{self, NonNull};
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use crate::block::{
-    BLOCK_ALIGN, HEADER, MAGIC_FREE, MAGIC_USED, MIN_BLOCK, MemoryBlock, PREV_FREE, Word,
+    BLOCK_ALIGN, DIRTY, HEADER, MAGIC_FREE, MAGIC_USED, MIN_BLOCK, MemoryBlock, PREV_FREE, Word,
 };
 use crate::error::PoolError;
 use crate::poison;
@@ -44,9 +47,10 @@ const SMALL: usize = SL_COUNT * BLOCK_ALIGN;
 const FL_COUNT: usize = (usize::BITS - SMALL.trailing_zeros() + 1) as usize;
 /// How many blocks of the request's own class the fallback search looks at.
 pub(crate) const MAX_SCAN: usize = 64;
-/// Default for the free bytes a pool keeps resident before it decommits: capacity / 8,
-/// at most this.
-const DEFAULT_RETAIN_MAX: usize = 32 << 20;
+/// Default retain limit: capacity / 4, at most this.
+const DEFAULT_RETAIN_MAX: usize = 64 << 20;
+/// Default purge delay: how long release pressure must last before pages are given back.
+const DEFAULT_PURGE_DELAY: Duration = Duration::from_millis(500);
 
 /// A snapshot of a pool's counters, from [`MemoryPool::stats`].
 ///
@@ -155,9 +159,13 @@ struct Tlsf {
     free_ranges: usize,
     allocations: u64,
     frees: u64,
-    /// Bytes freed and not reused since the last decommit: an estimate of resident free memory.
+    /// Release pressure: bytes freed minus bytes acquired since the last decommit pass
+    /// (saturating at 0).
     dirty_free: usize,
     retain_limit: usize,
+    purge_delay: Duration,
+    /// When `dirty_free` last rose above `retain_limit` (None while it is below).
+    pressure_since: Option<Instant>,
 }
 
 /// Size class (first level, second level) of a block of `size` bytes.
@@ -372,7 +380,9 @@ impl MemoryPool {
             allocations: 0,
             frees: 0,
             dirty_free: 0,
-            retain_limit: (len / 8).min(DEFAULT_RETAIN_MAX),
+            retain_limit: (len / 4).min(DEFAULT_RETAIN_MAX),
+            purge_delay: DEFAULT_PURGE_DELAY,
+            pressure_since: None,
         });
         let first = base.cast::<MemoryBlock>();
         // SAFETY: the region is page-aligned, at least a page long and committed where we
@@ -484,12 +494,13 @@ impl MemoryPool {
                     requested: min_usable,
                 });
             }
+            let dirty = (*block).flags.fetch_and(!DIRTY, Relaxed) & DIRTY;
             if rest > 0 {
                 let tail = block.cast::<u8>().add(size).cast::<MemoryBlock>();
                 poison::expose(tail.cast(), HEADER);
                 tail.write(MemoryBlock {
                     magic: MAGIC_FREE,
-                    flags: AtomicU32::new(0),
+                    flags: AtomicU32::new(dirty),
                     size: rest,
                     next: ptr::null_mut(),
                     word: Word { used: 0 },
@@ -512,6 +523,9 @@ impl MemoryPool {
         st.allocations += 1;
         st.high_watermark = st.high_watermark.max(st.in_use);
         st.dirty_free = st.dirty_free.saturating_sub(size);
+        if st.dirty_free <= st.retain_limit {
+            st.pressure_since = None;
+        }
         drop(st);
 
         // SAFETY: the block is ours now; its data spans `size - HEADER` bytes.
@@ -544,9 +558,10 @@ impl MemoryPool {
 
     /// Gives `block` back and merges it with its free neighbours at once. O(1).
     ///
-    /// Debug builds fill the usable bytes with `0xDD` first. When more than the retain
-    /// limit (see [`MemoryPool::set_retain_limit`]) of freed memory has piled up, the whole
-    /// pages inside the merged free range are given back to the OS.
+    /// Debug builds fill the usable bytes with `0xDD` first. If release pressure has stayed
+    /// above the retain limit for the purge delay (see [`MemoryPool::set_retain_limit`]),
+    /// this release also runs a decommit pass (O(free ranges)) that gives the pages of
+    /// every dirty free range back to the OS.
     ///
     /// # Safety
     /// `block` came from this pool's [`allocate_block`](MemoryPool::allocate_block), has not
@@ -564,6 +579,12 @@ impl MemoryPool {
         let capacity = self.region.len();
         if addr < base || addr > base + capacity - MIN_BLOCK || !addr.is_multiple_of(BLOCK_ALIGN) {
             self.bad_free(b, "is not a block of this pool (foreign pointer)");
+        }
+        if poison::is_hidden(b.cast(), HEADER) {
+            self.bad_free(
+                b,
+                "has no valid block header (foreign pointer or overwritten header)",
+            );
         }
         // SAFETY: the address is a 16-aligned header slot inside our region, which is mapped
         // for the pool's whole life, so reading the header fields is defined.
@@ -620,8 +641,10 @@ impl MemoryPool {
             }
             (*start).magic = MAGIC_FREE;
             (*start).size = total;
-            // The block before `start` is in use (free neighbours are always merged).
-            (*start).flags.fetch_and(!PREV_FREE, Relaxed);
+            // The block before `start` is in use (free neighbours are always merged); the
+            // range now holds pages the freed block may have touched.
+            let flags = (*start).flags.load(Relaxed);
+            (*start).flags.store((flags & !PREV_FREE) | DIRTY, Relaxed);
             write_footer(start);
             let after = start.cast::<u8>().add(total);
             if (after as usize) < region_end {
@@ -635,12 +658,56 @@ impl MemoryPool {
                 MemoryBlock::data_of(NonNull::new_unchecked(start)).as_ptr(),
                 total - HEADER - 8,
             );
+        }
+        self.purge_if_due(&mut st);
+    }
 
-            if st.dirty_free > st.retain_limit {
-                self.decommit_free(start);
-                st.dirty_free = st.dirty_free.saturating_sub(total);
+    /// Runs a decommit pass if release pressure has exceeded the retain limit for at least
+    /// the purge delay; starts the clock when the pressure first crosses the limit.
+    fn purge_if_due(&self, st: &mut Tlsf) -> usize {
+        if st.dirty_free <= st.retain_limit {
+            st.pressure_since = None;
+            return 0;
+        }
+        let now = Instant::now();
+        match st.pressure_since {
+            Some(since) if now.duration_since(since) >= st.purge_delay => self.decommit_dirty(st),
+            Some(_) => 0,
+            None if st.purge_delay.is_zero() => self.decommit_dirty(st),
+            None => {
+                st.pressure_since = Some(now);
+                0
             }
         }
+    }
+
+    /// One decommit pass: gives back the pages of every dirty free range and resets the
+    /// release pressure. O(free ranges); under the lock, because a range must not be handed
+    /// out while its pages are being dropped. Returns the number of ranges decommitted.
+    fn decommit_dirty(&self, st: &mut Tlsf) -> usize {
+        let mut count = 0;
+        for fl in 0..FL_COUNT {
+            if st.sl_bitmap[fl] == 0 {
+                continue;
+            }
+            for sl in 0..SL_COUNT {
+                let mut b = st.heads[fl][sl];
+                while !b.is_null() {
+                    // SAFETY: a free block on our lists, under the lock.
+                    unsafe {
+                        if (*b).flags.load(Relaxed) & DIRTY != 0 {
+                            self.decommit_free(b);
+                            (*b).flags.fetch_and(!DIRTY, Relaxed);
+                            count += 1;
+                        }
+                        b = (*b).next;
+                    }
+                }
+            }
+        }
+        st.dirty_free = 0;
+        st.pressure_since = None;
+        count
     }
 
     /// Gives the whole pages inside free block `b` (between its header and its footer) back
@@ -696,9 +763,10 @@ impl MemoryPool {
         }
     }
 
-    /// Sets how many freed-but-unused bytes the pool keeps resident before releases start
-    /// giving whole pages back to the OS (default: capacity / 8, at most 32 MiB). `0` gives
-    /// memory back on every release; `usize::MAX` never does. O(1).
+    /// Sets the release pressure (bytes freed minus bytes acquired since the last decommit
+    /// pass) above which free pages are given back to the OS once the purge delay has
+    /// passed (default: capacity / 4, at most 64 MiB). After a peak, resident free memory
+    /// falls to about this much. O(1).
     ///
     /// ```
     /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
@@ -708,31 +776,50 @@ impl MemoryPool {
         self.state.lock().retain_limit = bytes;
     }
 
-    /// Gives the physical memory of every free range back to the OS now (the header page of
-    /// each range stays). O(free ranges). Returns the number of free ranges trimmed.
+    /// Sets how long release pressure must stay above the retain limit before a release or
+    /// [`maintain`](MemoryPool::maintain) decommits (default 500 ms). A delay rides out
+    /// free-then-reallocate churn (a level unloaded, the next one loaded) without faulting
+    /// every page in again; `Duration::ZERO` decommits as soon as the limit is crossed.
+    /// O(1).
     ///
     /// ```
     /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
+    /// pool.set_purge_delay(std::time::Duration::ZERO);
+    /// ```
+    pub fn set_purge_delay(&self, delay: Duration) {
+        self.state.lock().purge_delay = delay;
+    }
+
+    /// Gives free pages back to the OS if release pressure has stayed above the retain
+    /// limit for the purge delay. Cheap when nothing is due (a lock and a comparison); call
+    /// it once per frame (see [`maintain_global_pools`](crate::maintain_global_pools)),
+    /// since a steady arena workload makes no pool call that could run it. O(1), or
+    /// O(free ranges) when a pass runs. Returns the number of ranges decommitted.
+    ///
+    /// ```
+    /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
+    /// assert_eq!(pool.maintain(), 0);
+    /// ```
+    pub fn maintain(&self) -> usize {
+        let mut st = self.state.lock();
+        self.purge_if_due(&mut st)
+    }
+
+    /// Gives the pages of every free range that may hold resident memory back to the OS
+    /// now (each range's header and footer stay). O(free ranges). Returns the number of
+    /// ranges decommitted.
+    ///
+    /// ```
+    /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
+    /// assert_eq!(pool.trim(), 0); // nothing was ever touched
+    /// let block = pool.allocate_block(4096).unwrap();
+    /// // SAFETY: from this pool, not used afterwards.
+    /// unsafe { pool.free_block(block) };
     /// assert_eq!(pool.trim(), 1);
     /// ```
     pub fn trim(&self) -> usize {
         let mut st = self.state.lock();
-        let mut trimmed = 0;
-        for fl in 0..FL_COUNT {
-            for sl in 0..SL_COUNT {
-                let mut b = st.heads[fl][sl];
-                while !b.is_null() {
-                    // SAFETY: a free block on our lists, under the lock.
-                    unsafe {
-                        self.decommit_free(b);
-                        b = (*b).next;
-                    }
-                    trimmed += 1;
-                }
-            }
-        }
-        st.dirty_free = 0;
-        trimmed
+        self.decommit_dirty(&mut st)
     }
 
     /// Whether `ptr` points into this pool's region. O(1).
