@@ -715,7 +715,7 @@ impl<'pool> MemoryArena<'pool> {
     ///
     /// The block kept is the one that best serves the next frame: the largest held, if it
     /// fits everything this frame used (plus 1/8); otherwise a single new block of that size
-    /// replaces them all. So after a warm-up frame, a steady workload does no pool operation
+    /// (and at least 1.25 times the largest) replaces them all. So after a warm-up frame, a steady workload does no pool operation
     /// at all. If the kept block stays more than twice too large for
     /// [`ArenaConfig::trim_after_resets`] resets in a row, it is swapped for one sized to
     /// those frames, so one spike does not pin its memory for ever.
@@ -777,7 +777,11 @@ impl<'pool> MemoryArena<'pool> {
         let floor = round_block(self.config.first_block.max(1));
         let mut want = None;
         if kept_cap < target {
-            want = Some(target);
+            // Grow by at least a quarter, so a frame size creeping upwards costs a few
+            // replacements, not one per new record.
+            want = Some(round_block(
+                target.max(kept_cap.saturating_add(kept_cap / 4)),
+            ));
         } else if self.config.trim_after_resets > 0 && kept_cap > 2 * target.max(floor) {
             self.quiet_peak.set(self.quiet_peak.get().max(target));
             let quiet = self.quiet_resets.get() + 1;
