@@ -30,6 +30,8 @@ pub(crate) const MAGIC_USED: u32 = 0x4E42_5553; // "NBUS"
 pub(crate) const MAGIC_FREE: u32 = 0x4E42_4652; // "NBFR"
 /// Magic of a block an arena took from the system heap when its pool ran dry.
 pub(crate) const MAGIC_HEAP: u32 = 0x4E42_4850; // "NBHP"
+/// Magic of a freed block held back by a pool's quarantine (use-after-free trap).
+pub(crate) const MAGIC_QUARANTINE: u32 = 0x4E42_5154; // "NBQT"
 
 /// Set on a block whose physical predecessor is free (its footer is then valid).
 pub(crate) const PREV_FREE: u32 = 1;
@@ -126,6 +128,7 @@ impl std::fmt::Debug for MemoryBlock {
             MAGIC_USED => "in use",
             MAGIC_FREE => "free",
             MAGIC_HEAP => "heap fallback",
+            MAGIC_QUARANTINE => "quarantined",
             _ => "corrupt",
         };
         f.debug_struct("MemoryBlock")

@@ -23,6 +23,7 @@
 //! range, so RSS falls after a peak while a steady workload keeps its pages.
 //! [`MemoryPool::trim`] runs that pass at once; [`MemoryPool::maintain`] runs it if due.
 
+use std::collections::VecDeque;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
@@ -31,7 +32,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::block::{
-    BLOCK_ALIGN, DIRTY, HEADER, MAGIC_FREE, MAGIC_USED, MIN_BLOCK, MemoryBlock, PREV_FREE, Word,
+    BLOCK_ALIGN, DIRTY, HEADER, MAGIC_FREE, MAGIC_QUARANTINE, MAGIC_USED, MIN_BLOCK, MemoryBlock,
+    PREV_FREE, Word,
 };
 use crate::error::PoolError;
 use crate::poison;
@@ -86,6 +88,9 @@ pub struct PoolStats {
     pub exhaustions: u64,
     /// Number of separate free ranges (1 when nothing is in use: fragmentation at a glance).
     pub free_ranges: usize,
+    /// Bytes of freed blocks held back by the quarantine (counted in `in_use` until
+    /// released; see [`MemoryPool::set_quarantine`]).
+    pub quarantined: usize,
     /// Successful `allocate_block` calls ever (with `frees`, counts pool operations).
     pub allocations: u64,
     /// `free_block` calls ever.
@@ -166,6 +171,14 @@ struct Tlsf {
     purge_delay: Duration,
     /// When `dirty_free` last rose above `retain_limit` (None while it is below).
     pressure_since: Option<Instant>,
+    /// Use-after-free trap: freed blocks wait this many `maintain` calls (0: off).
+    quarantine_frames: u32,
+    /// Freed blocks waiting, with the `epoch` at which they were freed.
+    quarantine: VecDeque<(*mut MemoryBlock, u64)>,
+    /// Bytes of the blocks in `quarantine`.
+    quarantined: usize,
+    /// `maintain` calls so far.
+    epoch: u64,
 }
 
 /// Size class (first level, second level) of a block of `size` bytes.
@@ -383,6 +396,10 @@ impl MemoryPool {
             retain_limit: (len / 4).min(DEFAULT_RETAIN_MAX),
             purge_delay: DEFAULT_PURGE_DELAY,
             pressure_since: None,
+            quarantine_frames: 0,
+            quarantine: VecDeque::new(),
+            quarantined: 0,
+            epoch: 0,
         });
         let first = base.cast::<MemoryBlock>();
         // SAFETY: the region is page-aligned, at least a page long and committed where we
@@ -591,7 +608,7 @@ impl MemoryPool {
         let (magic, size) = unsafe { ((*b).magic, (*b).size) };
         match magic {
             MAGIC_USED => {}
-            MAGIC_FREE => self.bad_free(b, "was already freed (double free)"),
+            MAGIC_FREE | MAGIC_QUARANTINE => self.bad_free(b, "was already freed (double free)"),
             _ => self.bad_free(
                 b,
                 "has no valid block header (foreign pointer or overwritten header)",
@@ -611,6 +628,34 @@ impl MemoryPool {
                 drop(st);
                 self.bad_free(b, "was already freed (double free)");
             }
+            if st.quarantine_frames > 0 {
+                // Purgatory: keep the block out of circulation, its pages inaccessible,
+                // until `maintain` has been called `quarantine_frames` times.
+                (*b).magic = MAGIC_QUARANTINE;
+                let data = MemoryBlock::data_of(block).as_ptr();
+                self.region.protect(data, size - HEADER, false);
+                let epoch = st.epoch;
+                st.quarantine.push_back((b, epoch));
+                st.quarantined += size;
+                return;
+            }
+            self.release_locked(&mut st, b);
+        }
+        self.purge_if_due(&mut st);
+    }
+
+    /// Puts in-use block `b` back on the free lists, merged with its free neighbours.
+    ///
+    /// # Safety
+    /// `b` is a block of this pool whose magic is `MAGIC_USED` and nobody uses it; the lock
+    /// is held (`st`).
+    unsafe fn release_locked(&self, st: &mut Tlsf, b: *mut MemoryBlock) {
+        let base = self.region.base().as_ptr() as usize;
+        let capacity = self.region.len();
+        // SAFETY: per the contract; neighbours' headers lie inside the region and are only
+        // touched under the lock.
+        unsafe {
+            let size = (*b).size;
             st.in_use -= size;
             st.blocks_in_use -= 1;
             st.frees += 1;
@@ -659,7 +704,6 @@ impl MemoryPool {
                 total - HEADER - 8,
             );
         }
-        self.purge_if_due(&mut st);
     }
 
     /// Runs a decommit pass if release pressure has exceeded the retain limit for at least
@@ -758,6 +802,7 @@ impl MemoryPool {
             high_watermark: st.high_watermark,
             exhaustions: st.exhaustions,
             free_ranges: st.free_ranges,
+            quarantined: st.quarantined,
             allocations: st.allocations,
             frees: st.frees,
         }
@@ -802,7 +847,49 @@ impl MemoryPool {
     /// ```
     pub fn maintain(&self) -> usize {
         let mut st = self.state.lock();
+        st.epoch += 1;
+        while let Some(&(b, freed_at)) = st.quarantine.front() {
+            if st.epoch - freed_at < u64::from(st.quarantine_frames) {
+                break;
+            }
+            st.quarantine.pop_front();
+            // SAFETY: a quarantined block of this pool: dead, out of every list, its header
+            // accessible; its data pages are made accessible again before it is released.
+            unsafe {
+                let size = (*b).size;
+                st.quarantined -= size;
+                let data = MemoryBlock::data_of(NonNull::new_unchecked(b)).as_ptr();
+                self.region.protect(data, size - HEADER, true);
+                (*b).magic = MAGIC_USED;
+                self.release_locked(&mut st, b);
+            }
+        }
         self.purge_if_due(&mut st)
+    }
+
+    /// Debug aid after Unreal's "purgatory": blocks given back with
+    /// [`free_block`](MemoryPool::free_block) stay out of circulation, their data pages
+    /// inaccessible (`mprotect(PROT_NONE)`), until [`maintain`](MemoryPool::maintain) has
+    /// been called `frames` more times (call it once per frame). A stale pointer into a
+    /// block an arena gave back then faults at once instead of reading recycled memory.
+    /// `0` (the default) turns it off; blocks already waiting are released by the next
+    /// `maintain`. Whole pages only: the first and last partial page of a block stay
+    /// accessible. On targets without page protection the blocks are only delayed. O(1).
+    ///
+    /// ```
+    /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
+    /// pool.set_quarantine(4);
+    /// let block = pool.allocate_block(64 * 1024).unwrap();
+    /// // SAFETY: from this pool, not used afterwards.
+    /// unsafe { pool.free_block(block) };
+    /// assert_eq!(pool.stats().quarantined, 64 * 1024 + 32);
+    /// for _ in 0..4 {
+    ///     pool.maintain();
+    /// }
+    /// assert_eq!(pool.stats().in_use, 0);
+    /// ```
+    pub fn set_quarantine(&self, frames: u32) {
+        self.state.lock().quarantine_frames = frames;
     }
 
     /// Gives the pages of every free range that may hold resident memory back to the OS

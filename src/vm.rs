@@ -92,6 +92,24 @@ impl Region {
         }
     }
 
+    /// Makes the whole pages inside `[ptr, ptr + len)` inaccessible (`accessible == false`)
+    /// or readable and writable again. Returns false where the platform cannot (then
+    /// nothing changed).
+    ///
+    /// # Safety
+    /// The range lies inside this region; while inaccessible, nobody may touch it.
+    pub(crate) unsafe fn protect(&self, ptr: *mut u8, len: usize, accessible: bool) -> bool {
+        debug_assert!(self.contains_range(ptr, len));
+        let page = page_size();
+        let start = (ptr as usize).next_multiple_of(page);
+        let end = (ptr as usize + len) & !(page - 1);
+        if end <= start {
+            return true;
+        }
+        // SAFETY: a whole-page sub-range of the caller's range.
+        unsafe { os::protect(ptr.add(start - ptr as usize), end - start, accessible) }
+    }
+
     fn contains_range(&self, ptr: *mut u8, len: usize) -> bool {
         let base = self.base.as_ptr() as usize;
         let p = ptr as usize;
@@ -149,6 +167,16 @@ mod os {
         unsafe { libc::madvise(ptr.cast(), len, libc::MADV_DONTNEED) };
     }
 
+    pub(super) unsafe fn protect(ptr: *mut u8, len: usize, accessible: bool) -> bool {
+        let prot = if accessible {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_NONE
+        };
+        // SAFETY: whole pages of our own mapping, as the caller guarantees.
+        unsafe { libc::mprotect(ptr.cast(), len, prot) == 0 }
+    }
+
     pub(super) unsafe fn release(base: NonNull<u8>, len: usize) {
         // SAFETY: `base`/`len` describe exactly one mapping created by `reserve`.
         unsafe { libc::munmap(base.as_ptr().cast(), len) };
@@ -191,6 +219,18 @@ mod os {
         unsafe { VirtualFree(ptr.cast(), len, MEM_DECOMMIT) };
     }
 
+    pub(super) unsafe fn protect(ptr: *mut u8, len: usize, accessible: bool) -> bool {
+        use windows_sys::Win32::System::Memory::VirtualProtect;
+        let prot = if accessible {
+            PAGE_READWRITE
+        } else {
+            PAGE_NOACCESS
+        };
+        let mut old = 0;
+        // SAFETY: whole committed pages of our reservation.
+        unsafe { VirtualProtect(ptr.cast(), len, prot, &mut old) != 0 }
+    }
+
     pub(super) unsafe fn release(base: NonNull<u8>, _len: usize) {
         // SAFETY: `base` is the address `VirtualAlloc(MEM_RESERVE)` returned.
         unsafe { VirtualFree(base.as_ptr().cast(), 0, MEM_RELEASE) };
@@ -220,6 +260,10 @@ mod os {
     }
 
     pub(super) unsafe fn decommit(_ptr: *mut u8, _len: usize) {}
+
+    pub(super) unsafe fn protect(_ptr: *mut u8, _len: usize, _accessible: bool) -> bool {
+        false
+    }
 
     pub(super) unsafe fn release(base: NonNull<u8>, len: usize) {
         // SAFETY: allocated by `reserve` with this exact layout.
