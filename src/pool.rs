@@ -600,7 +600,7 @@ impl MemoryPool {
         if poison::is_hidden(b.cast(), HEADER) {
             self.bad_free(
                 b,
-                "has no valid block header (foreign pointer or overwritten header)",
+                "has no valid block header (a double free of a block already merged, a foreign pointer or an overwritten header)",
             );
         }
         // SAFETY: the address is a 16-aligned header slot inside our region, which is mapped
@@ -611,7 +611,7 @@ impl MemoryPool {
             MAGIC_FREE | MAGIC_QUARANTINE => self.bad_free(b, "was already freed (double free)"),
             _ => self.bad_free(
                 b,
-                "has no valid block header (foreign pointer or overwritten header)",
+                "has no valid block header (a double free of a block already merged, a foreign pointer or an overwritten header)",
             ),
         }
         if size < MIN_BLOCK || size % BLOCK_ALIGN != 0 || size > base + capacity - addr {

@@ -1,0 +1,179 @@
+//! Physical memory: creating a pool costs almost no RSS, and memory freed after a peak goes
+//! back to the OS (down to the retain limit on its own, all of it after `trim()`).
+//!
+//! RSS is process-wide and the tests of one binary run on parallel threads, so every
+//! measurement lives in the single `#[test]` below. Linux only (`/proc/self/statm`).
+//!
+//! `cargo test --release --test pool_rss -- --nocapture` prints the figures.
+#![cfg(target_os = "linux")]
+
+use std::ptr::NonNull;
+use std::time::Duration;
+
+use nebula_memory::{MemoryBlock, MemoryPool};
+
+const MIB: usize = 1 << 20;
+/// Allowance for unrelated RSS movement (the test harness, the allocator, page tables of
+/// the statm read) and for the partial pages at the edges of free ranges.
+const SLACK: usize = 4 * MIB;
+/// Bytes handed out at the peak.
+const PEAK: usize = 200 * MIB;
+/// The pool the peak is allocated from.
+const CAPACITY: usize = 256 * MIB;
+/// The documented default retain limit (`MemoryPool::set_retain_limit`): capacity / 4, at
+/// most 64 MiB.
+const DEFAULT_RETAIN: usize = if CAPACITY / 4 < 64 * MIB {
+    CAPACITY / 4
+} else {
+    64 * MIB
+};
+/// The documented default purge delay (`MemoryPool::set_purge_delay`).
+const DEFAULT_PURGE_DELAY: Duration = Duration::from_millis(500);
+
+fn rss() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    pages * page
+}
+
+fn mib(bytes: isize) -> String {
+    format!("{:+.1} MiB", bytes as f64 / MIB as f64)
+}
+
+/// RSS relative to `baseline`, in bytes (negative when below).
+fn above(baseline: usize) -> isize {
+    rss() as isize - baseline as isize
+}
+
+/// Hands out `PEAK` bytes in blocks of 64 KiB..=2 MiB and touches every page of them.
+fn allocate_peak(pool: &MemoryPool) -> Vec<NonNull<MemoryBlock>> {
+    let mut blocks = Vec::new();
+    let mut total = 0;
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    while total < PEAK {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let n = ((64 << 10) << (x % 6)).min(PEAK - total).max(4096);
+        let block = pool.allocate_block(n).unwrap();
+        // SAFETY: a live block of `pool`.
+        let cap = unsafe { block.as_ref() }.capacity();
+        let data = MemoryBlock::data_of(block).as_ptr();
+        for off in (0..cap).step_by(4096).chain([cap - 1]) {
+            // SAFETY: inside the block's usable bytes, which we own.
+            unsafe { data.add(off).write_volatile(0xA5) };
+        }
+        total += cap + 32;
+        blocks.push(block);
+    }
+    blocks
+}
+
+/// Frees `blocks` in a scrambled order (free ranges merge in no particular order).
+fn free_all(pool: &MemoryPool, mut blocks: Vec<NonNull<MemoryBlock>>) {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    while !blocks.is_empty() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = blocks.swap_remove((x % blocks.len() as u64) as usize);
+        // SAFETY: a live block of `pool`, freed once, not used afterwards.
+        unsafe { pool.free_block(b) };
+    }
+    let s = pool.stats();
+    assert_eq!((s.in_use, s.blocks_in_use, s.free_ranges), (0, 0, 1));
+}
+
+#[test]
+fn rss_follows_use() {
+    // (a) Creating the three default-sized pools reserves address space only.
+    let before = rss();
+    let engine = MemoryPool::new("engine-like", 256 * MIB).unwrap();
+    let game = MemoryPool::new("game-like", 512 * MIB).unwrap();
+    let scratch = MemoryPool::new("scratch-like", 64 * MIB).unwrap();
+    let created = above(before);
+    println!("creating pools of 256 + 512 + 64 MiB: RSS {}", mib(created));
+    assert!(
+        created < SLACK as isize,
+        "creating pools cost {}",
+        mib(created)
+    );
+    drop((game, scratch));
+
+    // (b) A 200 MiB peak, freed with the default retain limit and no purge delay: releases
+    // give pages back once the pressure passes the limit, so at most about the limit stays.
+    let pool = MemoryPool::new("rss", CAPACITY).unwrap();
+    pool.set_purge_delay(Duration::ZERO);
+    let baseline = rss();
+    let blocks = allocate_peak(&pool);
+    let peak = above(baseline);
+    println!(
+        "peak of {} MiB handed out and touched: RSS {}",
+        PEAK / MIB,
+        mib(peak)
+    );
+    assert!(
+        peak >= (PEAK - SLACK) as isize,
+        "touching {PEAK} B raised RSS by only {}",
+        mib(peak)
+    );
+    free_all(&pool, blocks);
+    let freed = above(baseline);
+    println!(
+        "all freed (retain limit {} MiB, no purge delay): RSS {}",
+        DEFAULT_RETAIN / MIB,
+        mib(freed)
+    );
+    assert!(
+        freed <= (DEFAULT_RETAIN + SLACK) as isize,
+        "after freeing: {}",
+        mib(freed)
+    );
+    pool.trim();
+    let trimmed = above(baseline);
+    println!("after trim(): RSS {}", mib(trimmed));
+    assert!(trimmed <= SLACK as isize, "after trim: {}", mib(trimmed));
+
+    // (c) The same with the default purge delay: once it has passed, `maintain()` (the
+    // per-frame call) gives the memory back.
+    let pool = engine;
+    let baseline = rss();
+    let blocks = allocate_peak(&pool);
+    assert!(above(baseline) >= (PEAK - SLACK) as isize);
+    free_all(&pool, blocks);
+    std::thread::sleep(DEFAULT_PURGE_DELAY + Duration::from_millis(100));
+    pool.maintain();
+    let maintained = above(baseline);
+    println!(
+        "all freed, default purge delay, maintain() after it: RSS {}",
+        mib(maintained)
+    );
+    assert!(
+        maintained <= (DEFAULT_RETAIN + SLACK) as isize,
+        "after maintain: {}",
+        mib(maintained)
+    );
+    pool.trim();
+    assert!(above(baseline) <= SLACK as isize);
+
+    // (d) Retain limit "never": freed memory stays resident until `trim()`.
+    pool.set_retain_limit(usize::MAX);
+    pool.set_purge_delay(Duration::ZERO);
+    let baseline = rss();
+    let blocks = allocate_peak(&pool);
+    free_all(&pool, blocks);
+    let kept = above(baseline);
+    println!("all freed, retain limit usize::MAX: RSS {}", mib(kept));
+    assert!(
+        kept >= (PEAK - SLACK) as isize,
+        "pages were given back: {}",
+        mib(kept)
+    );
+    assert_eq!(pool.maintain(), 0);
+    assert_eq!(pool.trim(), 1, "one dirty free range");
+    let trimmed = above(baseline);
+    println!("after trim(): RSS {}", mib(trimmed));
+    assert!(trimmed <= SLACK as isize, "after trim: {}", mib(trimmed));
+}

@@ -1,0 +1,303 @@
+//! Concurrency: many threads churning one shared `MemoryPool`.
+//!
+//! Every block is stamped over its whole capacity with a pattern unique to the thread and
+//! the sequence number of the allocation, and verified just before it is released, so a
+//! block handed out twice, a split or merge that touches live bytes, or a lost update of
+//! the free structure shows up as a wrong word. At the end the pool must be exactly empty:
+//! `in_use == 0`, no blocks, one free range, every count consistent.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Barrier, Mutex};
+
+use nebula_memory::{MemoryBlock, MemoryPool, PoolError};
+
+const HEADER: usize = 32;
+
+/// A live block and the seed of its stamp. Blocks are plain memory owned by whoever holds
+/// the handle, so moving one to another thread is fine.
+struct Held {
+    block: NonNull<MemoryBlock>,
+    seed: u64,
+}
+
+// SAFETY: a pool block is owned by its holder and has no thread affinity; the pool is
+// `Sync` and accepts `free_block` from any thread.
+unsafe impl Send for Held {}
+
+/// xorshift64*: per-thread fixed-seed sizes and choices.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// Roughly log-uniform in `1..=max`.
+    fn size(&mut self, max: usize) -> usize {
+        let bits = usize::BITS - max.leading_zeros();
+        let cap = 1usize << self.below(bits as usize + 1);
+        1 + self.below(cap.min(max))
+    }
+}
+
+fn pattern(seed: u64, i: usize) -> u64 {
+    (seed ^ (i as u64).rotate_left(29)).wrapping_mul(0xD6E8_FEB8_6659_FD93)
+}
+
+fn stamp(block: NonNull<MemoryBlock>, seed: u64) {
+    // SAFETY: a live block we own.
+    let header = unsafe { block.as_ref() };
+    assert_eq!(header.data().as_ptr() as usize % 16, 0);
+    let p = MemoryBlock::data_of(block).as_ptr().cast::<u64>();
+    for i in 0..header.capacity() / 8 {
+        // SAFETY: inside the block's usable bytes, which only the holder touches.
+        unsafe { p.add(i).write(pattern(seed, i)) };
+    }
+}
+
+fn verify(block: NonNull<MemoryBlock>, seed: u64) {
+    // SAFETY: a live block we own.
+    let words = unsafe { block.as_ref() }.capacity() / 8;
+    let p = MemoryBlock::data_of(block).as_ptr().cast::<u64>();
+    for i in 0..words {
+        // SAFETY: as in `stamp`.
+        let w = unsafe { p.add(i).read() };
+        assert_eq!(
+            w,
+            pattern(seed, i),
+            "block {block:p} (seed {seed:#x}): word {i} overwritten"
+        );
+    }
+}
+
+/// Counts of what the threads did, to compare with the pool's own counters.
+#[derive(Default)]
+struct Tally {
+    allocations: AtomicU64,
+    frees: AtomicU64,
+    exhaustions: AtomicU64,
+}
+
+/// Allocates `n` bytes; on `Exhausted` (legitimate under contention and fragmentation)
+/// checks the error and returns `None`. Any other error fails the test.
+fn acquire(pool: &MemoryPool, n: usize, seed: u64, tally: &Tally) -> Option<Held> {
+    match pool.allocate_block(n) {
+        Ok(block) => {
+            assert!(pool.contains(block.as_ptr().cast()));
+            // SAFETY: a live block we own.
+            let header = unsafe { block.as_ref() };
+            assert!(header.capacity() >= n);
+            assert_eq!(header.total_size(), header.capacity() + HEADER);
+            stamp(block, seed);
+            tally.allocations.fetch_add(1, Ordering::Relaxed);
+            Some(Held { block, seed })
+        }
+        Err(PoolError::Exhausted {
+            pool: name,
+            requested,
+            ..
+        }) => {
+            assert_eq!((name, requested), (pool.name(), n));
+            tally.exhaustions.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+        Err(e) => panic!("unexpected refusal of {n} B: {e}"),
+    }
+}
+
+fn release(pool: &MemoryPool, held: Held, tally: &Tally) {
+    verify(held.block, held.seed);
+    // SAFETY: from `pool`, live, not used afterwards.
+    unsafe { pool.free_block(held.block) };
+    tally.frees.fetch_add(1, Ordering::Relaxed);
+}
+
+fn check_snapshot(pool: &MemoryPool) {
+    let s = pool.stats();
+    assert_eq!(s.in_use + s.free, s.capacity);
+    assert!(s.high_watermark >= s.in_use);
+    assert!(s.in_use >= s.blocks_in_use * 48);
+    assert!(s.largest_free <= s.free);
+}
+
+fn check_drained(pool: &MemoryPool, tally: &Tally) {
+    let s = pool.stats();
+    assert_eq!(
+        (s.in_use, s.blocks_in_use, s.free_ranges),
+        (0, 0, 1),
+        "{s:?}"
+    );
+    assert_eq!(s.free, s.capacity);
+    assert_eq!(s.largest_free, s.capacity - HEADER);
+    assert_eq!(s.allocations, tally.allocations.load(Ordering::Relaxed));
+    assert_eq!(s.frees, tally.frees.load(Ordering::Relaxed));
+    assert_eq!(s.allocations, s.frees);
+    assert_eq!(s.exhaustions, tally.exhaustions.load(Ordering::Relaxed));
+    assert!(s.high_watermark > 0 && s.high_watermark <= s.capacity);
+    // Fully coalesced: the whole region is one block again.
+    let all = pool.allocate_block(s.largest_free).unwrap();
+    // SAFETY: from `pool`, not used afterwards.
+    unsafe { pool.free_block(all) };
+}
+
+/// One thread's churn: keeps up to `max_live` blocks of its own, allocating and freeing at
+/// random, verifying each block before it goes back.
+fn churn(
+    pool: &MemoryPool,
+    thread: u64,
+    steps: usize,
+    max_live: usize,
+    max_size: usize,
+    tally: &Tally,
+    start: &Barrier,
+) {
+    let mut rng = Rng::new(thread + 1);
+    start.wait();
+    let mut live: Vec<Held> = Vec::new();
+    for step in 0..steps {
+        let seed = (thread << 48) ^ step as u64;
+        if live.len() < max_live && (live.is_empty() || rng.below(3) != 0) {
+            let n = rng.size(max_size);
+            match acquire(pool, n, seed, tally) {
+                Some(h) => live.push(h),
+                // Exhausted: make room.
+                None => {
+                    if !live.is_empty() {
+                        let h = live.swap_remove(rng.below(live.len()));
+                        release(pool, h, tally);
+                    }
+                }
+            }
+        } else {
+            let h = live.swap_remove(rng.below(live.len()));
+            release(pool, h, tally);
+        }
+        if step % 256 == 0 {
+            check_snapshot(pool);
+        }
+    }
+    for h in live {
+        release(pool, h, tally);
+    }
+}
+
+#[test]
+fn four_threads_share_one_pool() {
+    let pool = MemoryPool::new("threads", 16 << 20).unwrap();
+    let tally = Tally::default();
+    let start = Barrier::new(4);
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (pool, tally, start) = (&pool, &tally, &start);
+            s.spawn(move || churn(pool, t, 10_000, 48, 64 << 10, tally, start));
+        }
+    });
+    check_drained(&pool, &tally);
+    assert!(tally.allocations.load(Ordering::Relaxed) >= 4 * 5000);
+}
+
+#[test]
+fn four_threads_with_decommit_on_every_release() {
+    // Retain limit 0 and no purge delay: every release runs a decommit pass over the dirty
+    // free ranges while other threads' live blocks sit right next to them.
+    let pool = MemoryPool::new("threads-decommit", 8 << 20).unwrap();
+    pool.set_retain_limit(0);
+    pool.set_purge_delay(std::time::Duration::ZERO);
+    let tally = Tally::default();
+    let start = Barrier::new(4);
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (pool, tally, start) = (&pool, &tally, &start);
+            s.spawn(move || churn(pool, t, 3000, 16, 128 << 10, tally, start));
+        }
+    });
+    check_drained(&pool, &tally);
+    assert_eq!(pool.trim(), 0, "a release left a dirty free range");
+}
+
+#[test]
+fn many_threads_share_one_pool() {
+    let threads = std::thread::available_parallelism().map_or(4, |n| n.get()) * 4;
+    let pool = MemoryPool::new("many-threads", 32 << 20).unwrap();
+    let tally = Tally::default();
+    let start = Barrier::new(threads);
+    std::thread::scope(|s| {
+        for t in 0..threads as u64 {
+            let (pool, tally, start) = (&pool, &tally, &start);
+            s.spawn(move || churn(pool, t, 3000, 24, 32 << 10, tally, start));
+        }
+    });
+    check_drained(&pool, &tally);
+}
+
+/// Blocks allocated on one thread and released on another, through a shared bag, so that
+/// the neighbours a release merges with belong to other threads.
+#[test]
+fn blocks_released_by_other_threads() {
+    const THREADS: u64 = 4;
+    let pool = MemoryPool::new("cross-threads", 16 << 20).unwrap();
+    let tally = Tally::default();
+    let bag: Mutex<Vec<Held>> = Mutex::new(Vec::new());
+    let start = Barrier::new(THREADS as usize);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (pool, tally, bag, start) = (&pool, &tally, &bag, &start);
+            s.spawn(move || {
+                let mut rng = Rng::new(100 + t);
+                start.wait();
+                for step in 0..8000u64 {
+                    let seed = (t << 48) ^ step ^ 0x5555_0000;
+                    if rng.below(2) == 0 {
+                        if let Some(h) = acquire(pool, rng.size(32 << 10), seed, tally) {
+                            bag.lock().unwrap().push(h);
+                        }
+                    } else {
+                        let taken = {
+                            let mut bag = bag.lock().unwrap();
+                            let len = bag.len();
+                            (len > 0).then(|| bag.swap_remove(rng.below(len)))
+                        };
+                        if let Some(h) = taken {
+                            release(pool, h, tally);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    for h in bag.into_inner().unwrap() {
+        release(&pool, h, &tally);
+    }
+    check_drained(&pool, &tally);
+}
+
+/// `Arc` ownership and `'static` threads (not just scoped ones), each holding blocks while
+/// the others allocate.
+#[test]
+fn arc_shared_pool_with_static_threads() {
+    let pool = std::sync::Arc::new(MemoryPool::new("arc", 8 << 20).unwrap());
+    let tally = std::sync::Arc::new(Tally::default());
+    let start = std::sync::Arc::new(Barrier::new(4));
+    let handles: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (pool, tally, start) = (pool.clone(), tally.clone(), start.clone());
+            std::thread::spawn(move || churn(&pool, 1000 + t, 4000, 32, 16 << 10, &tally, &start))
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    check_drained(&pool, &tally);
+}
