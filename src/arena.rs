@@ -26,6 +26,7 @@ use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::ops::Deref;
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::block::{HEADER, MAGIC_HEAP, MemoryBlock, Word};
 use crate::error::{AllocError, alloc_failed};
@@ -134,6 +135,7 @@ impl Default for ArenaConfig {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Checkpoint {
+    arena: u64,
     generation: u64,
     block: *mut MemoryBlock,
     ptr: *mut u8,
@@ -194,6 +196,9 @@ pub struct MemoryArena<'pool> {
     quiet_peak: Cell<usize>,
     tags: RefCell<Vec<(&'static str, usize)>>,
     config: ArenaConfig,
+    /// Unique per arena (process-wide counter): checkpoints carry it, so one from another
+    /// arena is refused even if it names a block address this arena now uses.
+    id: u64,
     pool: &'pool MemoryPool,
 }
 
@@ -237,6 +242,10 @@ impl<'pool> MemoryArena<'pool> {
             quiet_peak: Cell::new(0),
             tags: RefCell::new(Vec::new()),
             config,
+            id: {
+                static NEXT: AtomicU64 = AtomicU64::new(1);
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            },
             pool,
         }
     }
@@ -402,7 +411,7 @@ impl<'pool> MemoryArena<'pool> {
             .get()
             .clamp(c.first_block.max(1), c.max_block.max(c.first_block));
         let size = round_block(normal.max(needed));
-        let block = match self.pool.allocate_block(size) {
+        let block = match self.pool.allocate_block_quietly(size) {
             Ok(b) => Ok(b),
             // The pool may still hold a block that fits the request alone.
             Err(_) if size > needed => self.pool.allocate_block(needed),
@@ -558,6 +567,7 @@ impl<'pool> MemoryArena<'pool> {
     /// ```
     pub fn checkpoint(&self) -> Checkpoint {
         Checkpoint {
+            arena: self.id,
             generation: self.generation.get(),
             block: self.current.get(),
             ptr: self.ptr.get(),
@@ -587,7 +597,9 @@ impl<'pool> MemoryArena<'pool> {
     /// ```
     pub unsafe fn rewind(&self, to: Checkpoint) {
         let cur = self.current.get();
-        let valid = to.generation == self.generation.get() && self.position_valid(to);
+        let valid = to.arena == self.id
+            && to.generation == self.generation.get()
+            && self.position_valid(to);
         if !valid {
             panic!(
                 "arena on pool '{}': rewind to a checkpoint that is not a live position of this arena",
@@ -793,30 +805,50 @@ impl<'pool> MemoryArena<'pool> {
             self.quiet_resets.set(0);
             self.quiet_peak.set(0);
         }
-        let mut keep = largest;
-        if let Some(size) = want
-            && let Ok(block) = self.pool.allocate_block(size)
-        {
-            keep = block.as_ptr();
-            // SAFETY: a fresh block we now own.
-            unsafe { self.bytes_held.set(self.bytes_held.get() + (*keep).size) };
-            self.block_count.set(self.block_count.get() + 1);
-            self.quiet_resets.set(0);
-            self.quiet_peak.set(0);
-        }
-
+        // Give back everything but the largest first, so a tight pool has room for the
+        // replacement; if the pool still refuses it, the largest stays.
         let mut b = self.first.get();
         while !b.is_null() {
-            // SAFETY: our chain; each block other than `keep` is released after we read its
-            // successor.
+            // SAFETY: our chain; each block other than `largest` is released after we read
+            // its successor.
             unsafe {
                 let next = (*b).next;
-                if b != keep {
+                if b != largest {
                     self.release_block(b);
                 }
                 b = next;
             }
         }
+        let mut keep = largest;
+        if let Some(size) = want {
+            let mut fresh = self.pool.allocate_block_quietly(size);
+            if fresh.is_err() && !largest.is_null() {
+                // Tight pool: the replacement may only fit once the largest is back too.
+                // If it still does not, take a block like the old one again (the range
+                // just merged back), or hold none.
+                // SAFETY: `largest` is ours and dead; it is unlinked below.
+                unsafe { self.release_block(largest) };
+                fresh = self
+                    .pool
+                    .allocate_block_quietly(size)
+                    .or_else(|_| self.pool.allocate_block_quietly(kept_cap));
+                keep = ptr::null_mut();
+            }
+            if let Ok(block) = fresh {
+                // SAFETY: a fresh block we now own; `keep` (if still set) is ours and dead.
+                unsafe {
+                    if !keep.is_null() {
+                        self.release_block(keep);
+                    }
+                    keep = block.as_ptr();
+                    self.bytes_held.set(self.bytes_held.get() + (*keep).size);
+                }
+                self.block_count.set(self.block_count.get() + 1);
+                self.quiet_resets.set(0);
+                self.quiet_peak.set(0);
+            }
+        }
+
         self.first.set(ptr::null_mut());
         self.current.set(ptr::null_mut());
         self.used_before.set(0);
@@ -1019,8 +1051,10 @@ impl<'pool> MemoryArena<'pool> {
     /// ```
     #[track_caller]
     pub fn alloc_tagged(&self, layout: Layout, tag: &'static str) -> NonNull<u8> {
-        self.try_alloc_tagged(layout, tag)
-            .unwrap_or_else(|e| alloc_failed(self.pool.name(), layout, &e))
+        match self.try_alloc_tagged(layout, tag) {
+            Ok(p) => p,
+            Err(e) => alloc_failed(self.pool.name(), layout, &e),
+        }
     }
 }
 
@@ -1132,6 +1166,10 @@ impl<'pool> Deref for ArenaScope<'_, 'pool> {
 
 impl Drop for ArenaScope<'_, '_> {
     fn drop(&mut self) {
+        // An `unsafe` rewind inside the scope may already have gone below the mark.
+        if !self.arena.position_valid(self.mark) {
+            return;
+        }
         // SAFETY: every allocation made through this scope borrows it, so none is alive
         // now; allocations from before the scope cannot be alive either, since the scope
         // holds the arena by `&mut`.

@@ -463,6 +463,20 @@ impl MemoryPool {
     /// assert!(pool.allocate_block(40 * 1024).is_ok());
     /// ```
     pub fn allocate_block(&self, min_usable: usize) -> Result<NonNull<MemoryBlock>, PoolError> {
+        self.allocate(min_usable, true)
+    }
+
+    /// `allocate_block` for a tentative request that has a fallback (an arena asking for a
+    /// grown block before settling for the size it needs): a refusal is neither counted in
+    /// `exhaustions` nor reported by a WARN event.
+    pub(crate) fn allocate_block_quietly(
+        &self,
+        min_usable: usize,
+    ) -> Result<NonNull<MemoryBlock>, PoolError> {
+        self.allocate(min_usable, false)
+    }
+
+    fn allocate(&self, min_usable: usize, report: bool) -> Result<NonNull<MemoryBlock>, PoolError> {
         let pool = self.name;
         if min_usable == 0 {
             return Err(PoolError::ZeroSize { pool });
@@ -483,8 +497,16 @@ impl MemoryPool {
         let mut st = self.state.lock();
         let block = st.find(size);
         if block.is_null() {
-            st.exhaustions += 1;
             let (free, largest_free) = (capacity - st.in_use, st.largest().saturating_sub(HEADER));
+            if !report {
+                return Err(PoolError::Exhausted {
+                    pool,
+                    requested: min_usable,
+                    free,
+                    largest_free,
+                });
+            }
+            st.exhaustions += 1;
             drop(st);
             return Err(self.exhausted(min_usable, free, largest_free));
         }

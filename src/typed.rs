@@ -281,8 +281,10 @@ impl<'pool> MemoryArena<'pool> {
     /// ```
     #[track_caller]
     pub fn alloc_slice<T: Copy>(&self, count: usize, value: T) -> &mut [T] {
-        self.try_alloc_slice(count, value)
-            .unwrap_or_else(|e| self.slice_failed::<T>(count, &e))
+        match self.try_alloc_slice(count, value) {
+            Ok(v) => v,
+            Err(e) => self.slice_failed::<T>(count, &e),
+        }
     }
 
     /// A copy of `src`. O(len).
@@ -314,8 +316,10 @@ impl<'pool> MemoryArena<'pool> {
     /// ```
     #[track_caller]
     pub fn alloc_slice_copy<T: Copy>(&self, src: &[T]) -> &mut [T] {
-        self.try_alloc_slice_copy(src)
-            .unwrap_or_else(|e| self.slice_failed::<T>(src.len(), &e))
+        match self.try_alloc_slice_copy(src) {
+            Ok(v) => v,
+            Err(e) => self.slice_failed::<T>(src.len(), &e),
+        }
     }
 
     /// A clone of every element of `src`. O(len).
@@ -340,8 +344,10 @@ impl<'pool> MemoryArena<'pool> {
     /// ```
     #[track_caller]
     pub fn alloc_slice_clone<T: Clone>(&self, src: &[T]) -> &mut [T] {
-        self.try_alloc_slice_clone(src)
-            .unwrap_or_else(|e| self.slice_failed::<T>(src.len(), &e))
+        match self.try_alloc_slice_clone(src) {
+            Ok(v) => v,
+            Err(e) => self.slice_failed::<T>(src.len(), &e),
+        }
     }
 
     /// A slice whose element `i` is `f(i)`. O(count).
@@ -382,8 +388,10 @@ impl<'pool> MemoryArena<'pool> {
     /// ```
     #[track_caller]
     pub fn alloc_slice_fill_with<T>(&self, count: usize, f: impl FnMut(usize) -> T) -> &mut [T] {
-        self.try_alloc_slice_fill_with(count, f)
-            .unwrap_or_else(|e| self.slice_failed::<T>(count, &e))
+        match self.try_alloc_slice_fill_with(count, f) {
+            Ok(v) => v,
+            Err(e) => self.slice_failed::<T>(count, &e),
+        }
     }
 
     /// Collects an iterator into a slice. The buffer grows at the top of the arena, in
@@ -424,8 +432,10 @@ impl<'pool> MemoryArena<'pool> {
     /// ```
     #[track_caller]
     pub fn alloc_slice_from_iter<T>(&self, iter: impl IntoIterator<Item = T>) -> &mut [T] {
-        self.try_alloc_slice_from_iter(iter)
-            .unwrap_or_else(|e| self.slice_failed::<T>(0, &e))
+        match self.try_alloc_slice_from_iter(iter) {
+            Ok(v) => v,
+            Err(e) => self.slice_failed::<T>(0, &e),
+        }
     }
 
     /// A copy of `s`. O(len).
@@ -453,8 +463,10 @@ impl<'pool> MemoryArena<'pool> {
     /// ```
     #[track_caller]
     pub fn alloc_str(&self, s: &str) -> &mut str {
-        self.try_alloc_str(s)
-            .unwrap_or_else(|e| self.slice_failed::<u8>(s.len(), &e))
+        match self.try_alloc_str(s) {
+            Ok(v) => v,
+            Err(e) => self.slice_failed::<u8>(s.len(), &e),
+        }
     }
 
     /// Formats `args` straight into the arena (`format!` without the heap). The text grows
@@ -509,14 +521,27 @@ impl<'pool> MemoryArena<'pool> {
     /// ```
     #[track_caller]
     pub fn alloc_fmt(&self, args: fmt::Arguments<'_>) -> &mut str {
-        self.try_alloc_fmt(args)
-            .unwrap_or_else(|e| self.slice_failed::<u8>(0, &e))
+        match self.try_alloc_fmt(args) {
+            Ok(v) => v,
+            Err(e) => self.slice_failed::<u8>(0, &e),
+        }
     }
 
     #[cold]
     #[track_caller]
     fn slice_failed<T>(&self, count: usize, e: &AllocError) -> ! {
-        let layout = Layout::array::<T>(count).unwrap_or(Layout::new::<T>());
+        // Growing helpers do not know the final count: report what the pool was asked for.
+        let bytes = match e {
+            AllocError::Pool(crate::PoolError::Exhausted { requested, .. })
+            | AllocError::Pool(crate::PoolError::TooLarge { requested, .. })
+                if count == 0 =>
+            {
+                *requested
+            }
+            _ => count.saturating_mul(size_of::<T>()),
+        };
+        let layout = Layout::from_size_align(bytes.min(isize::MAX as usize / 2), align_of::<T>())
+            .unwrap_or(Layout::new::<T>());
         alloc_failed(self.pool().name(), layout, e)
     }
 }

@@ -1,0 +1,291 @@
+//! `&MemoryArena` as an `allocator_api2` allocator: `allocator_api2::vec::Vec`,
+//! `allocator_api2::boxed::Box` and `hashbrown::HashMap` on arena memory, a growing
+//! vector at the top staying in place while its block has room, vectors growing in turn
+//! (non-top growth, which must copy), and the `Allocator` methods called directly
+//! (`grow_zeroed`, alignment changes, `shrink`, `deallocate` of the top and below it).
+
+use std::alloc::Layout;
+
+use allocator_api2::alloc::Allocator;
+use allocator_api2::boxed::Box as ABox;
+use allocator_api2::vec::Vec as AVec;
+use nebula_memory::{ArenaConfig, MemoryArena, MemoryPool};
+
+const KIB: usize = 1024;
+const MIB: usize = 1 << 20;
+
+fn pool(name: &'static str) -> MemoryPool {
+    MemoryPool::new(name, 256 << 20).unwrap()
+}
+
+#[test]
+fn vec_of_a_million_u32() {
+    let pool = pool("vec-1m");
+    let arena = MemoryArena::new(&pool);
+    let mut v = AVec::new_in(&arena);
+    for i in 0..1_000_000u32 {
+        v.push(i.wrapping_mul(2_654_435_761));
+    }
+    assert_eq!(v.len(), 1_000_000);
+    assert!(
+        v.iter()
+            .enumerate()
+            .all(|(i, &x)| x == (i as u32).wrapping_mul(2_654_435_761))
+    );
+    assert!(arena.bytes_used() >= 4_000_000);
+    assert_eq!(pool.stats().in_use, arena.bytes_held());
+    v.truncate(10);
+    v.shrink_to_fit();
+    assert_eq!(v.capacity(), 10);
+    assert_eq!(v[9], 9u32.wrapping_mul(2_654_435_761));
+}
+
+#[test]
+fn top_vector_grows_in_place_while_its_block_has_room() {
+    let pool = pool("vec-top");
+    let arena = MemoryArena::with_config(&pool, ArenaConfig::default().first_block(MIB));
+    let mut v: AVec<u32, _> = AVec::with_capacity_in(16, &arena);
+    let start = v.as_ptr();
+    let mut moves = 0;
+    let mut last = v.as_ptr();
+    for i in 0..100_000u32 {
+        v.push(i);
+        if v.as_ptr() != last {
+            moves += 1;
+            last = v.as_ptr();
+        }
+    }
+    // 100k u32 (at most 512 KiB of capacity) fit in the first 1 MiB block: no move at all.
+    assert_eq!(moves, 0, "the top vector moved inside its block");
+    assert_eq!(v.as_ptr(), start);
+    assert_eq!(arena.block_count(), 1);
+    // Growing on to 2M elements crosses into new blocks: it moves only then.
+    for i in 100_000..2_000_000u32 {
+        v.push(i);
+        if v.as_ptr() != last {
+            moves += 1;
+            last = v.as_ptr();
+        }
+    }
+    assert!(moves >= 1);
+    assert!(
+        moves < arena.block_count(),
+        "{moves} moves for {} blocks",
+        arena.block_count()
+    );
+    assert!(v.iter().enumerate().all(|(i, &x)| x == i as u32));
+
+    // `reserve_exact(1)` + push: every grow is by one element, always in place at the top.
+    let mut w: AVec<u64, _> = AVec::new_in(&arena);
+    w.reserve_exact(1);
+    let p = w.as_ptr();
+    for i in 0..10_000u64 {
+        w.reserve_exact(1);
+        w.push(i);
+    }
+    assert_eq!(w.as_ptr(), p, "reserve_exact(1) growth at the top moved");
+    assert!(w.iter().enumerate().all(|(i, &x)| x == i as u64));
+
+    // Shrinking the top gives the bytes back; dropping the top pops it.
+    let used = arena.bytes_used();
+    w.truncate(100);
+    w.shrink_to_fit();
+    assert_eq!(w.as_ptr(), p);
+    assert_eq!(arena.bytes_used(), used - 9_900 * 8);
+    drop(w);
+    assert_eq!(arena.bytes_used(), used - 10_000 * 8);
+}
+
+#[test]
+fn hashmap_on_the_arena() {
+    let pool = pool("hashmap");
+    let arena = MemoryArena::with_config(&pool, ArenaConfig::default().first_block(64 * KIB));
+    let mut map = hashbrown::HashMap::new_in(&arena);
+    for i in 0..100_000u64 {
+        assert!(map.insert(i, i * 3).is_none());
+    }
+    assert_eq!(map.len(), 100_000);
+    for i in 0..100_000u64 {
+        assert_eq!(map.get(&i), Some(&(i * 3)), "lookup {i}");
+    }
+    assert_eq!(map.get(&100_000), None);
+    for i in (0..100_000u64).filter(|i| i % 3 == 0) {
+        assert_eq!(map.remove(&i), Some(i * 3));
+    }
+    assert_eq!(map.len(), 100_000 - 33_334);
+    for i in 0..100_000u64 {
+        assert_eq!(map.get(&i).copied(), (i % 3 != 0).then_some(i * 3));
+    }
+    // Re-insert and overwrite.
+    for i in 0..50_000u64 {
+        map.insert(i, i + 1);
+    }
+    for i in 0..100_000u64 {
+        let want = if i < 50_000 {
+            Some(i + 1)
+        } else {
+            (i % 3 != 0).then_some(i * 3)
+        };
+        assert_eq!(map.get(&i).copied(), want);
+    }
+    // A set of arena strings, with keys borrowed from the arena too.
+    let mut set = hashbrown::HashSet::new_in(&arena);
+    for i in 0..10_000 {
+        set.insert(&*arena.alloc_fmt(format_args!("key-{i}")));
+    }
+    assert!(set.contains("key-9999") && !set.contains("key-10000"));
+    assert_eq!(pool.stats().in_use, arena.bytes_held());
+}
+
+#[test]
+fn vectors_growing_in_turn_stay_correct() {
+    let pool = pool("interleaved");
+    let arena = MemoryArena::with_config(&pool, ArenaConfig::default().first_block(16 * KIB));
+    let mut vecs: Vec<AVec<u32, &MemoryArena>> = (0..8).map(|_| AVec::new_in(&arena)).collect();
+    let mut bytes: AVec<u8, _> = AVec::new_in(&arena);
+    for round in 0..20_000u32 {
+        for (k, v) in vecs.iter_mut().enumerate() {
+            if (round as usize + k).is_multiple_of(k + 1) {
+                v.push(round ^ (k as u32) << 24);
+            }
+        }
+        bytes.push(round as u8);
+        if round % 997 == 0 {
+            // A short-lived vector on top, dropped at once.
+            let tmp: AVec<u64, _> = (0..round as u64).collect_in(&arena);
+            assert_eq!(tmp.len(), round as usize);
+        }
+    }
+    for (k, v) in vecs.iter().enumerate() {
+        let want: Vec<u32> = (0..20_000u32)
+            .filter(|&r| (r as usize + k).is_multiple_of(k + 1))
+            .map(|r| r ^ (k as u32) << 24)
+            .collect();
+        assert_eq!(v.as_slice(), want.as_slice(), "vector {k}");
+    }
+    assert!(bytes.iter().enumerate().all(|(i, &b)| b == i as u8));
+    assert!(arena.block_count() > 1);
+
+    // Vectors of vectors, both on the arena.
+    let mut outer: AVec<AVec<u16, &MemoryArena>, &MemoryArena> = AVec::new_in(&arena);
+    for i in 0..500u16 {
+        let mut inner = AVec::with_capacity_in(1, &arena);
+        inner.extend((0..i).map(|x| x.wrapping_mul(i)));
+        outer.push(inner);
+        if i > 0 {
+            outer[(i as usize * 7) % i as usize].push(i);
+        }
+    }
+    for (i, inner) in outer.iter().enumerate() {
+        assert!(inner.len() >= i);
+        for (x, &val) in inner.iter().take(i).enumerate() {
+            assert_eq!(val, (x as u16).wrapping_mul(i as u16));
+        }
+    }
+}
+
+trait CollectIn<T> {
+    fn collect_in<'a>(self, arena: &'a MemoryArena<'_>) -> AVec<T, &'a MemoryArena<'a>>;
+}
+
+impl<T, I: Iterator<Item = T>> CollectIn<T> for I {
+    fn collect_in<'a>(self, arena: &'a MemoryArena<'_>) -> AVec<T, &'a MemoryArena<'a>> {
+        let mut v = AVec::new_in(arena);
+        v.extend(self);
+        v
+    }
+}
+
+#[test]
+fn boxes_on_the_arena() {
+    let pool = pool("boxes");
+    let arena = MemoryArena::new(&pool);
+    let used = arena.bytes_used();
+    let b = ABox::new_in([7u64; 32], &arena);
+    assert_eq!(b[31], 7);
+    drop(b);
+    assert_eq!(arena.bytes_used(), used, "a dropped top box is popped");
+    let s = ABox::new_in(String::from("owned"), &arena);
+    assert_eq!(*s, "owned");
+}
+
+#[test]
+fn allocator_methods_directly() {
+    let pool = pool("alloc-api");
+    let arena = MemoryArena::new(&pool);
+    let a = &arena;
+    let l64 = Layout::from_size_align(64, 8).unwrap();
+    let p = a.allocate(l64).unwrap();
+    assert_eq!(p.len(), 64);
+    let p = p.cast::<u8>();
+    // SAFETY: 64 fresh bytes. (Below, each pointer passed to a resize is live with the
+    // layout given, and only the returned pointer is used afterwards.)
+    unsafe { p.as_ptr().write_bytes(0x11, 64) };
+
+    // grow_zeroed at the top: in place, the new tail zeroed, the old bytes kept.
+    let l256 = Layout::from_size_align(256, 8).unwrap();
+    // SAFETY: as above.
+    let g = unsafe { a.grow_zeroed(p, l64, l256) }.unwrap().cast::<u8>();
+    assert_eq!(g, p);
+    // SAFETY: 256 live bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(g.as_ptr(), 256) };
+    assert!(bytes[..64].iter().all(|&b| b == 0x11));
+    assert!(bytes[64..].iter().all(|&b| b == 0));
+
+    // Shrink at the top: in place.
+    let l32 = Layout::from_size_align(32, 8).unwrap();
+    let used = arena.bytes_used();
+    // SAFETY: as above.
+    let s = unsafe { a.shrink(g, l256, l32) }.unwrap().cast::<u8>();
+    assert_eq!(s, p);
+    assert_eq!(arena.bytes_used(), used - 224);
+
+    // A grow that needs a larger alignment than the pointer has: a fresh, aligned copy.
+    let misaligned = a.allocate(Layout::from_size_align(8, 8).unwrap()).unwrap();
+    let m = misaligned.cast::<u8>();
+    let m = if (m.as_ptr() as usize).is_multiple_of(4096) {
+        // Make sure the next one is not 4096-aligned by chance.
+        a.allocate(Layout::from_size_align(8, 8).unwrap())
+            .unwrap()
+            .cast::<u8>()
+    } else {
+        m
+    };
+    // SAFETY: 8 live bytes.
+    unsafe { m.as_ptr().write_bytes(0x22, 8) };
+    let l8 = Layout::from_size_align(8, 8).unwrap();
+    let big_align = Layout::from_size_align(100, 4096).unwrap();
+    // SAFETY: as above.
+    let r = unsafe { a.grow(m, l8, big_align) }.unwrap().cast::<u8>();
+    assert_ne!(r, m);
+    assert_eq!(r.as_ptr() as usize % 4096, 0);
+    // SAFETY: 100 live bytes; the first 8 were copied from `m`.
+    let head = unsafe { std::slice::from_raw_parts(r.as_ptr(), 8) };
+    assert!(head.iter().all(|&b| b == 0x22));
+
+    // A grow to a larger alignment the pointer already has: in place at the top.
+    // SAFETY: as above.
+    let r2 = unsafe { a.grow(r, big_align, Layout::from_size_align(200, 2048).unwrap()) }
+        .unwrap()
+        .cast::<u8>();
+    assert_eq!(r2, r);
+
+    // Deallocate below the top: nothing happens; of the top: bytes come back.
+    let used = arena.bytes_used();
+    // SAFETY: `s` is given up; it is not the top, so the call is a no-op.
+    unsafe { a.deallocate(s, l32) };
+    assert_eq!(arena.bytes_used(), used);
+    let z = a
+        .allocate_zeroed(Layout::from_size_align(4000, 8).unwrap())
+        .unwrap();
+    // SAFETY: 4000 live bytes.
+    assert!(unsafe { z.as_ref() }.iter().all(|&b| b == 0));
+    // SAFETY: `z` is the top and not used again.
+    unsafe { a.deallocate(z.cast(), Layout::from_size_align(4000, 8).unwrap()) };
+    assert_eq!(arena.bytes_used(), used);
+
+    // Copies of the `&MemoryArena` allocator are the same allocator.
+    let v: AVec<u8, _> = AVec::with_capacity_in(10, a);
+    let w = v.clone();
+    assert!(std::ptr::eq(*v.allocator(), *w.allocator()));
+}

@@ -1,0 +1,111 @@
+//! Regression tests for problems found in review of the arena.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use nebula_memory::{ArenaConfig, MemoryArena, MemoryPool};
+
+fn panic_message(f: impl FnOnce()) -> String {
+    let err = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
+    err.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// A checkpoint of a fresh arena (no block yet, generation 0) must not rewind another
+/// fresh arena.
+#[test]
+fn checkpoint_of_another_fresh_arena_is_refused() {
+    let pool = MemoryPool::new("regress", 4 << 20).unwrap();
+    let a = MemoryArena::new(&pool);
+    let b = MemoryArena::new(&pool);
+    let mark = a.checkpoint();
+    b.alloc_val(1u64);
+    // SAFETY: the rewind is refused before it touches anything.
+    let msg = panic_message(|| unsafe { b.rewind(mark) });
+    assert!(
+        msg.contains("regress") && msg.contains("checkpoint"),
+        "{msg}"
+    );
+    assert_eq!(b.bytes_used(), 8);
+}
+
+/// A checkpoint of a dropped arena must not pass on a new arena that got the same block.
+#[test]
+fn checkpoint_of_a_dropped_arena_is_refused() {
+    let pool = MemoryPool::new("regress", 4 << 20).unwrap();
+    let old = MemoryArena::new(&pool);
+    old.alloc_val(1u8);
+    let mark = old.checkpoint();
+    drop(old);
+    let new = MemoryArena::new(&pool);
+    new.alloc_val(1u8); // very likely the same block address as `old` had
+    // SAFETY: refused before anything is touched.
+    let msg = panic_message(|| unsafe { new.rewind(mark) });
+    assert!(msg.contains("checkpoint"), "{msg}");
+}
+
+/// In a pool barely larger than a frame, the arena settles on one block and stops logging
+/// exhaustions for requests it has a fallback for.
+#[test]
+fn tight_pool_settles_without_spurious_exhaustions() {
+    let pool = MemoryPool::new("tight", 1 << 20).unwrap();
+    let mut arena = MemoryArena::new(&pool);
+    let frame = |arena: &MemoryArena<'_>| {
+        for _ in 0..60 {
+            arena.alloc_slice(10_000, 1u8);
+        }
+    };
+    for _ in 0..5 {
+        frame(&arena);
+        arena.reset();
+    }
+    let before = pool.stats();
+    for _ in 0..20 {
+        frame(&arena);
+        arena.reset();
+    }
+    let after = pool.stats();
+    assert_eq!(
+        after.exhaustions, 0,
+        "tentative requests must not count as exhaustions"
+    );
+    assert_eq!(
+        (
+            after.allocations - before.allocations,
+            after.frees - before.frees
+        ),
+        (0, 0),
+        "a steady frame in a tight pool must settle"
+    );
+    assert_eq!(arena.block_count(), 1);
+}
+
+/// An unsafe rewind below a scope guard's mark, inside the scope, must not make the guard
+/// panic when it drops.
+#[test]
+fn scope_guard_tolerates_an_inner_rewind_below_its_mark() {
+    let pool = MemoryPool::new("regress", 4 << 20).unwrap();
+    let mut arena = MemoryArena::with_config(&pool, ArenaConfig::default());
+    let early = arena.checkpoint();
+    arena.alloc_slice(100, 0u8);
+    {
+        let guard = arena.scope_guard();
+        guard.alloc_slice(100, 0u8);
+        // SAFETY: nothing allocated after `early` is used again.
+        unsafe { guard.rewind(early) };
+    }
+    assert_eq!(arena.bytes_used(), 0);
+}
+
+/// The panic of a failed growing helper names the bytes the pool was asked for, not 0.
+#[test]
+fn growing_helper_panic_names_the_size() {
+    let pool = MemoryPool::new("tiny", 64 * 1024).unwrap();
+    let arena = MemoryArena::new(&pool);
+    let msg = panic_message(|| {
+        arena.alloc_slice_from_iter((0..1_000_000u32).filter(|_| true));
+    });
+    assert!(msg.contains("'tiny'"), "{msg}");
+    assert!(!msg.contains("allocate 0 bytes"), "{msg}");
+}
