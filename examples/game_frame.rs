@@ -50,7 +50,10 @@ fn main() {
         // Meshing: nested scratch space, reclaimed when each scope returns.
         let visible = with_scratch(|scratch| {
             let mut quads = allocator_api2::vec::Vec::new_in(scratch);
-            for p in particles.iter().filter(|p| (p.pos[0] as usize).is_multiple_of(3)) {
+            for p in particles
+                .iter()
+                .filter(|p| (p.pos[0] as usize).is_multiple_of(3))
+            {
                 quads.push([p.pos[0], p.pos[1], 1.0, 1.0]);
             }
             with_scratch(|inner| {

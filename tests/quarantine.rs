@@ -38,8 +38,14 @@ fn stale_read_after_reset_faults() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("reset done"), "child failed early:\n{stderr}");
-    assert!(!stderr.contains("the trap did not fire"), "stale read succeeded:\n{stderr}");
+    assert!(
+        stderr.contains("reset done"),
+        "child failed early:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("the trap did not fire"),
+        "stale read succeeded:\n{stderr}"
+    );
     use std::os::unix::process::ExitStatusExt;
     // A plain build dies of SIGSEGV; under AddressSanitizer, ASan reports the SEGV.
     assert!(
@@ -62,7 +68,10 @@ fn quarantined_blocks_come_back_after_n_maintain_calls() {
     // SAFETY: from this pool, not used afterwards.
     unsafe { pool.free_block(block) };
     let s = pool.stats();
-    assert_eq!((s.quarantined, s.in_use, s.blocks_in_use), (total, total, 1));
+    assert_eq!(
+        (s.quarantined, s.in_use, s.blocks_in_use),
+        (total, total, 1)
+    );
     pool.maintain();
     pool.maintain();
     assert_eq!(pool.stats().quarantined, total, "released too early");
@@ -91,7 +100,10 @@ fn double_free_of_a_quarantined_block_panics() {
     }))
     .unwrap_err();
     let msg = err.downcast_ref::<String>().unwrap();
-    assert!(msg.contains("purgatory") && msg.contains("double free"), "{msg}");
+    assert!(
+        msg.contains("purgatory") && msg.contains("double free"),
+        "{msg}"
+    );
     pool.set_quarantine(0);
     pool.maintain();
     assert_eq!(pool.stats().in_use, 0);
