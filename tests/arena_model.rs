@@ -214,7 +214,7 @@ impl Model<'_, '_> {
             0,
             "alloc({size}, {align}) misaligned: {p:p}"
         );
-        if cfg!(debug_assertions) {
+        if cfg!(all(debug_assertions, not(nebula_asan))) {
             assert!(is_poisoned(p, size, 0xCD), "fresh bytes are not 0xCD");
         }
         if self.arena.block_count() > 0 {
@@ -278,7 +278,7 @@ impl Model<'_, '_> {
             used - size,
             "pop gave back the wrong amount"
         );
-        if cfg!(debug_assertions) {
+        if cfg!(all(debug_assertions, not(nebula_asan))) {
             assert!(is_poisoned(ptr, size, 0xDD), "popped bytes are not 0xDD");
         }
         self.live.swap_remove(i);
@@ -351,7 +351,7 @@ impl Model<'_, '_> {
             kept == &PATTERN[off..off + keep],
             "realloc {old} -> {new_size} did not keep the first {keep} bytes"
         );
-        if new_size > old && cfg!(debug_assertions) {
+        if new_size > old && cfg!(all(debug_assertions, not(nebula_asan))) {
             // SAFETY: the grown tail is part of the live result.
             let tail = unsafe { q.add(old) };
             assert!(

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The concurrent tests under ThreadSanitizer. Needs a nightly toolchain with rust-src
+# (`rustup component add rust-src --toolchain nightly`): std is rebuilt instrumented.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export RUSTFLAGS="-Zsanitizer=thread"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/tsan}"
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}"
+cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu \
+    --test pool_threads --test global_pools --test frame_thread --test scratch "$@"
