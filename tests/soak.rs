@@ -145,8 +145,10 @@ fn soak_100k_frames_stays_flat_and_gives_everything_back() {
     );
     // RSS is flat: spikes were trimmed and nothing accumulates (4 MiB of slack for the test
     // harness and allocator noise).
+    // (Under AddressSanitizer, RSS also counts ASan's shadow memory and the freed-memory
+    // quarantine of its own allocator, so only plain builds check it.)
     assert!(
-        max_rss_after_warmup <= rss_at_warmup + (4 << 20),
+        cfg!(nebula_asan) || max_rss_after_warmup <= rss_at_warmup + (4 << 20),
         "RSS grew: {rss_at_warmup} -> {max_rss_after_warmup}"
     );
     // Frame sizes vary at random, so a new record frame may still grow the kept block now
