@@ -450,11 +450,15 @@ impl<'pool> MemoryArena<'pool> {
             .get()
             .clamp(c.first_block.max(1), c.max_block.max(c.first_block));
         let size = round_block(normal.max(needed));
-        let block = match self.pool.allocate_block_quietly(size) {
-            Ok(b) => Ok(b),
-            // The pool may still hold a block that fits the request alone.
-            Err(_) if size > needed => self.pool.allocate_block(needed),
-            Err(e) => Err(e),
+        // Ask for the grown size without reporting a refusal: the pool may still hold a
+        // block that fits the request alone, and only that request's refusal is a real
+        // exhaustion (counted and reported by the pool).
+        let block = if size > needed {
+            self.pool
+                .allocate_block_quietly(size)
+                .or_else(|_| self.pool.allocate_block(needed))
+        } else {
+            self.pool.allocate_block(needed)
         };
         let block = match block {
             Ok(b) => b.as_ptr(),
