@@ -109,3 +109,20 @@ fn growing_helper_panic_names_the_size() {
     assert!(msg.contains("'tiny'"), "{msg}");
     assert!(!msg.contains("allocate 0 bytes"), "{msg}");
 }
+
+/// When an arena really cannot get a block, the pool counts (and reports) exactly one
+/// exhaustion per failed request, whatever tentative requests came before it; a request
+/// no block could ever hold is `TooLarge`, not an exhaustion.
+#[test]
+fn a_real_arena_failure_is_counted_once_by_the_pool() {
+    let pool = MemoryPool::new("full", 64 * 1024).unwrap();
+    let arena = MemoryArena::new(&pool);
+    for (request, exhaustions) in [(8 * 1024, 1), (20 * 1024, 1), (100_000, 0)] {
+        let before = pool.stats().exhaustions;
+        let hog = pool.allocate_block(60 * 1024).unwrap();
+        assert!(arena.try_alloc_slice(request, 0u8).is_err());
+        assert_eq!(pool.stats().exhaustions - before, exhaustions, "request {request}");
+        // SAFETY: from this pool, not used afterwards.
+        unsafe { pool.free_block(hog) };
+    }
+}
