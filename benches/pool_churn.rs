@@ -31,6 +31,11 @@ use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use mimalloc::MiMalloc;
 use nebula_memory::{MemoryBlock, MemoryPool};
 
+// Only the PRNG is used here.
+#[allow(dead_code)]
+mod common;
+use common::SplitMix64;
+
 /// Operations in one run (acquires plus releases, not counting the final release-all).
 const OPS: usize = 100_000;
 /// Most blocks live at once.
@@ -42,24 +47,6 @@ const SEED: u64 = 0x5EED_0007_C0FF_EE00;
 const SAMPLES: usize = 20;
 /// Comfortably above the worst case of `MAX_LIVE * (MAX_SIZE + header)` = 256 MiB.
 const POOL_CAPACITY: usize = 512 << 20;
-
-/// splitmix64: tiny, fast, good enough for picking sizes and victims.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `lo..=hi` (the modulo bias is irrelevant at these ranges).
-    fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next() % (hi - lo + 1) as u64) as usize
-    }
-}
 
 #[derive(Clone, Copy)]
 enum Op {
@@ -77,7 +64,7 @@ fn make_ops() -> (Vec<Op>, usize) {
     let mut live = 0usize;
     let mut acquires = 0usize;
     for _ in 0..OPS {
-        let acquire = live == 0 || (live < MAX_LIVE && rng.next() & 1 == 0);
+        let acquire = live == 0 || (live < MAX_LIVE && rng.next_u64() & 1 == 0);
         if acquire {
             ops.push(Op::Acquire(rng.range(MIN_SIZE, MAX_SIZE)));
             live += 1;

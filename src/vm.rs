@@ -250,8 +250,9 @@ mod os {
 
     pub(super) fn reserve(len: usize) -> Result<NonNull<u8>, std::io::Error> {
         let layout = Layout::from_size_align(len, ALIGN).map_err(std::io::Error::other)?;
+        // Zeroed, like the fresh pages an OS hands out, so the two back ends agree.
         // SAFETY: `len` is non-zero (checked by `Region::reserve`).
-        let p = unsafe { std::alloc::alloc(layout) };
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
         NonNull::new(p).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory))
     }
 
