@@ -260,7 +260,7 @@ impl<'pool> MemoryArena<'pool> {
         }
     }
 
-    /// The pool this arena takes its blocks from.
+    /// The pool this arena takes its blocks from. O(1).
     ///
     /// ```
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::game_pool());
@@ -270,7 +270,7 @@ impl<'pool> MemoryArena<'pool> {
         self.pool
     }
 
-    /// The rules this arena was created with.
+    /// The rules this arena was created with. O(1).
     ///
     /// ```
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());

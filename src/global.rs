@@ -99,7 +99,7 @@ fn create(name: &'static str, size: fn(&GlobalPoolConfig) -> usize) -> MemoryPoo
         .unwrap_or_else(|e| panic!("nebula_memory: cannot create the global pool: {e}"))
 }
 
-/// The engine pool ("engine", 256 MiB unless configured), created on first use.
+/// The engine pool ("engine", 256 MiB unless configured), created on first use. O(1).
 ///
 /// # Panics
 /// If the OS refuses to reserve its address space on first use.
@@ -111,7 +111,7 @@ pub fn engine_pool() -> &'static MemoryPool {
     ENGINE.get_or_init(|| create("engine", |c| c.engine))
 }
 
-/// The game pool ("game", 512 MiB unless configured), created on first use.
+/// The game pool ("game", 512 MiB unless configured), created on first use. O(1).
 ///
 /// # Panics
 /// If the OS refuses to reserve its address space on first use.
@@ -124,7 +124,7 @@ pub fn game_pool() -> &'static MemoryPool {
 }
 
 /// The scratch pool ("scratch", 64 MiB unless configured), created on first use. Frame
-/// arenas and scratch arenas draw from it.
+/// arenas and scratch arenas draw from it. O(1).
 ///
 /// # Panics
 /// If the OS refuses to reserve its address space on first use.
@@ -139,6 +139,7 @@ pub fn scratch_pool() -> &'static MemoryPool {
 /// Runs [`MemoryPool::maintain`] on each global pool that exists: gives free pages back to
 /// the OS where release pressure has lasted past the purge delay. Call it once per frame
 /// (the Bevy plugin will); cheap when nothing is due. Returns the ranges decommitted.
+/// O(1) per pool, or O(free ranges) where a decommit pass runs.
 ///
 /// ```
 /// assert_eq!(nebula_memory::maintain_global_pools(), 0);

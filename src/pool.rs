@@ -427,7 +427,7 @@ impl MemoryPool {
         })
     }
 
-    /// The name given at creation; it appears in every error, panic and tracing event.
+    /// The name given at creation; it appears in every error, panic and tracing event. O(1).
     ///
     /// ```
     /// let pool = nebula_memory::MemoryPool::new("audio", 1 << 20).unwrap();
