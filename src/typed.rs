@@ -47,7 +47,7 @@ pub struct ArenaBox<'a, T: ?Sized> {
 }
 
 impl<'a, T> ArenaBox<'a, T> {
-    /// Moves the value out; the arena memory stays allocated until reset.
+    /// Moves the value out; the arena memory stays allocated until reset. O(1).
     ///
     /// ```
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
@@ -62,7 +62,7 @@ impl<'a, T> ArenaBox<'a, T> {
     }
 
     /// Turns the box into a plain reference for the arena's lifetime; the destructor will
-    /// then never run (like `Box::leak`).
+    /// then never run (like `Box::leak`). O(1).
     ///
     /// ```
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
@@ -141,7 +141,7 @@ impl<'pool> MemoryArena<'pool> {
         }
     }
 
-    /// [`try_alloc_boxed`](MemoryArena::try_alloc_boxed), panicking on failure.
+    /// [`try_alloc_boxed`](MemoryArena::try_alloc_boxed), panicking on failure. O(1) amortised.
     ///
     /// ```
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
@@ -197,7 +197,7 @@ impl<'pool> MemoryArena<'pool> {
     }
 
     /// [`try_alloc_val`](MemoryArena::try_alloc_val), panicking (naming the pool and size)
-    /// on failure.
+    /// on failure. O(1) amortised.
     ///
     /// ```
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
@@ -241,7 +241,7 @@ impl<'pool> MemoryArena<'pool> {
         }
     }
 
-    /// [`try_alloc_with`](MemoryArena::try_alloc_with), panicking on failure.
+    /// [`try_alloc_with`](MemoryArena::try_alloc_with), panicking on failure. O(1) amortised.
     ///
     /// ```
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
@@ -273,7 +273,7 @@ impl<'pool> MemoryArena<'pool> {
         self.try_alloc_slice_fill_with(count, |_| value)
     }
 
-    /// [`try_alloc_slice`](MemoryArena::try_alloc_slice), panicking on failure.
+    /// [`try_alloc_slice`](MemoryArena::try_alloc_slice), panicking on failure. O(count).
     ///
     /// ```
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
@@ -306,7 +306,7 @@ impl<'pool> MemoryArena<'pool> {
         }
     }
 
-    /// [`try_alloc_slice_copy`](MemoryArena::try_alloc_slice_copy), panicking on failure.
+    /// [`try_alloc_slice_copy`](MemoryArena::try_alloc_slice_copy), panicking on failure. O(len).
     ///
     /// ```
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
@@ -336,7 +336,7 @@ impl<'pool> MemoryArena<'pool> {
         self.try_alloc_slice_fill_with(src.len(), |i| src[i].clone())
     }
 
-    /// [`try_alloc_slice_clone`](MemoryArena::try_alloc_slice_clone), panicking on failure.
+    /// [`try_alloc_slice_clone`](MemoryArena::try_alloc_slice_clone), panicking on failure. O(len).
     ///
     /// ```
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
@@ -380,7 +380,7 @@ impl<'pool> MemoryArena<'pool> {
     }
 
     /// [`try_alloc_slice_fill_with`](MemoryArena::try_alloc_slice_fill_with), panicking on
-    /// failure.
+    /// failure. O(count).
     ///
     /// ```
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
@@ -423,7 +423,7 @@ impl<'pool> MemoryArena<'pool> {
     }
 
     /// [`try_alloc_slice_from_iter`](MemoryArena::try_alloc_slice_from_iter), panicking on
-    /// failure.
+    /// failure. O(len) amortised.
     ///
     /// ```
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
@@ -455,7 +455,7 @@ impl<'pool> MemoryArena<'pool> {
         Ok(unsafe { std::str::from_utf8_unchecked_mut(bytes) })
     }
 
-    /// [`try_alloc_str`](MemoryArena::try_alloc_str), panicking on failure.
+    /// [`try_alloc_str`](MemoryArena::try_alloc_str), panicking on failure. O(len).
     ///
     /// ```
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
@@ -513,7 +513,7 @@ impl<'pool> MemoryArena<'pool> {
         Ok(unsafe { std::str::from_utf8_unchecked_mut(bytes) })
     }
 
-    /// [`try_alloc_fmt`](MemoryArena::try_alloc_fmt), panicking on failure.
+    /// [`try_alloc_fmt`](MemoryArena::try_alloc_fmt), panicking on failure. O(len).
     ///
     /// ```
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
