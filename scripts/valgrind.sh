@@ -1,22 +1,66 @@
 #!/usr/bin/env bash
 # Every test binary of a normal (debug) build under valgrind memcheck: no invalid reads or
 # writes, no leaks ("definitely lost"). Heavy tests are run with smaller inputs.
+#
+# Skipped binaries:
+# - compile_fail (trybuild): it runs `cargo`/`rustc` as child processes, which valgrind
+#   does not follow, so no crate code would be checked; it only costs ~90 s and a second
+#   build. `cargo test --test compile_fail` covers it.
+# Binaries that spawn a child of themselves (quarantine: the deliberate stale read must die
+# of SIGSEGV) run under valgrind; the child runs natively (no --trace-children).
+#
+# NEBULA_UNDER_VALGRIND=1 makes tests/pool_rss.rs and tests/soak.rs skip their RSS
+# assertions only (valgrind's shadow memory and replacement heap are in /proc/self/statm);
+# all their other assertions still run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PROPTEST_CASES="${PROPTEST_CASES:-16}"
-export NEBULA_SOAK_FRAMES="${NEBULA_SOAK_FRAMES:-2000}"
-bins=$(cargo test --no-run --tests --message-format=json 2>/dev/null \
+# The soak test needs more frames than its 2,000-frame warm-up; 6,000 covers the spike at
+# frame 5,000 and the trim after it (~35 s under valgrind).
+export NEBULA_SOAK_FRAMES="${NEBULA_SOAK_FRAMES:-6000}"
+export NEBULA_UNDER_VALGRIND=1
+skip=" compile_fail "
+
+# Known leaks in test code (not in src/), each one narrow:
+# - frame_thread::frame_arenas_on_private_pools `Box::leak`s a MemoryPool on purpose to get
+#   the `&'static MemoryPool` FrameArena::try_new_in needs; the reference lives only on the
+#   test thread's stack, so memcheck calls it "definitely lost".
+supp=$(mktemp)
+trap 'rm -f "$supp"' EXIT
+cat >"$supp" <<'EOF'
+{
+   frame_thread_leaks_its_private_pool_on_purpose
+   Memcheck:Leak
+   match-leak-kinds: definite
+   fun:malloc
+   ...
+   fun:_ZN12frame_thread29frame_arenas_on_private_pools17h*
+}
+EOF
+
+start=$SECONDS
+bins=$(cargo test --no-run --tests --message-format=json \
     | python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["executable"])')
+        print(m["target"]["name"], m["executable"])')
+echo "built in $((SECONDS - start)) s"
 status=0
-for bin in $bins; do
-    echo "==> valgrind $(basename "$bin")"
-    if ! valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
-        --show-leak-kinds=definite "$bin" --test-threads=2 -q; then
-        echo "valgrind FAILED on $bin"; status=1
+while read -r name bin; do
+    [[ -n "$bin" ]] || continue
+    if [[ "$skip" == *" $name "* ]]; then
+        echo "==> skipping $name (see the comment at the top of $0)"
+        continue
     fi
-done
+    echo "==> valgrind $name"
+    t=$SECONDS
+    if ! valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+        --show-leak-kinds=definite --suppressions="$supp" "$bin" --test-threads=2 -q; then
+        echo "valgrind FAILED on $bin"
+        status=1
+    fi
+    echo "    $name: $((SECONDS - t)) s"
+done <<<"$bins"
+echo "valgrind.sh: $((SECONDS - start)) s in all, exit $status"
 exit $status

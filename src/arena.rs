@@ -547,8 +547,9 @@ impl<'pool> MemoryArena<'pool> {
     /// Resizes an allocation, keeping its first `min(old, new)` bytes and its alignment.
     ///
     /// In place (same pointer) when `ptr` is the top allocation and the block has room, and
-    /// for any shrink. Otherwise allocates anew and copies; the old bytes are reclaimed if
-    /// they were the top. O(1) in place, O(size) when copying.
+    /// for any shrink. Otherwise allocates anew and copies; if the old bytes were the top,
+    /// they stop counting in `bytes_used` (the block they are in is reused after the next
+    /// rewind or reset). O(1) in place, O(size) when copying.
     ///
     /// # Safety
     /// `ptr` was allocated by this arena with `old` and is still live; after a successful
@@ -575,7 +576,8 @@ impl<'pool> MemoryArena<'pool> {
         let new = Layout::from_size_align(new_size, old.align())
             .map_err(|_| AllocError::layout(self.pool.name()))?;
         let p = ptr.as_ptr();
-        if self.is_top(p, old.size()) {
+        let was_top = self.is_top(p, old.size());
+        if was_top {
             let avail = self.end.get() as usize - p as usize;
             if new_size <= avail {
                 // SAFETY: `[p, p + new_size)` lies in the current block; the part past the
@@ -597,12 +599,25 @@ impl<'pool> MemoryArena<'pool> {
         if new_size >= COLOUR_MIN {
             self.colour(new_size);
         }
+        let old_block = self.current.get();
         let q = self.try_alloc(new)?;
         // SAFETY: `q` is a fresh allocation of `new_size` bytes, disjoint from the live
         // `ptr`; we copy the bytes both hold. Then the old allocation is dead.
-        unsafe {
-            ptr::copy_nonoverlapping(p, q.as_ptr(), old.size().min(new_size));
-            self.pop(ptr, old);
+        unsafe { ptr::copy_nonoverlapping(p, q.as_ptr(), old.size().min(new_size)) };
+        if was_top {
+            // The old top did not fit, so `q` is in another block and `old_block` was left
+            // with its fill level recorded just past the old allocation: lower it, so the
+            // old bytes stop counting as used. (They are reused after the next rewind or
+            // reset, like the rest of that block's tail.)
+            debug_assert_ne!(self.current.get(), old_block);
+            self.note_peak();
+            // SAFETY: `old_block` is ours and now before `current`; its recorded fill ends
+            // at `p + old.size()`, the dead old allocation.
+            unsafe {
+                (*old_block).word.used -= old.size();
+                self.used_before.set(self.used_before.get() - old.size());
+                poison::give_back(p, old.size());
+            }
         }
         Ok(q)
     }

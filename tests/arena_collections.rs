@@ -20,19 +20,21 @@ fn pool(name: &'static str) -> MemoryPool {
 
 #[test]
 fn vec_of_a_million_u32() {
+    // Under Miri, 20 000 (still several blocks past the 64 KiB first block).
+    let n: u32 = if cfg!(miri) { 20_000 } else { 1_000_000 };
     let pool = pool("vec-1m");
     let arena = MemoryArena::new(&pool);
     let mut v = AVec::new_in(&arena);
-    for i in 0..1_000_000u32 {
+    for i in 0..n {
         v.push(i.wrapping_mul(2_654_435_761));
     }
-    assert_eq!(v.len(), 1_000_000);
+    assert_eq!(v.len(), n as usize);
     assert!(
         v.iter()
             .enumerate()
             .all(|(i, &x)| x == (i as u32).wrapping_mul(2_654_435_761))
     );
-    assert!(arena.bytes_used() >= 4_000_000);
+    assert!(arena.bytes_used() >= 4 * n as usize);
     assert_eq!(pool.stats().in_use, arena.bytes_held());
     v.truncate(10);
     v.shrink_to_fit();
@@ -42,13 +44,20 @@ fn vec_of_a_million_u32() {
 
 #[test]
 fn top_vector_grows_in_place_while_its_block_has_room() {
+    // Under Miri everything is scaled down 16 times (first block 64 KiB, 6 250 then
+    // 125 000 elements, 625 one-by-one grows).
+    let (first_block, in_first, total, one_by_one) = if cfg!(miri) {
+        (64 * KIB, 6_250u32, 125_000u32, 625u64)
+    } else {
+        (MIB, 100_000, 2_000_000, 10_000)
+    };
     let pool = pool("vec-top");
-    let arena = MemoryArena::with_config(&pool, ArenaConfig::default().first_block(MIB));
+    let arena = MemoryArena::with_config(&pool, ArenaConfig::default().first_block(first_block));
     let mut v: AVec<u32, _> = AVec::with_capacity_in(16, &arena);
     let start = v.as_ptr();
     let mut moves = 0;
     let mut last = v.as_ptr();
-    for i in 0..100_000u32 {
+    for i in 0..in_first {
         v.push(i);
         if v.as_ptr() != last {
             moves += 1;
@@ -60,7 +69,7 @@ fn top_vector_grows_in_place_while_its_block_has_room() {
     assert_eq!(v.as_ptr(), start);
     assert_eq!(arena.block_count(), 1);
     // Growing on to 2M elements crosses into new blocks: it moves only then.
-    for i in 100_000..2_000_000u32 {
+    for i in in_first..total {
         v.push(i);
         if v.as_ptr() != last {
             moves += 1;
@@ -79,7 +88,7 @@ fn top_vector_grows_in_place_while_its_block_has_room() {
     let mut w: AVec<u64, _> = AVec::new_in(&arena);
     w.reserve_exact(1);
     let p = w.as_ptr();
-    for i in 0..10_000u64 {
+    for i in 0..one_by_one {
         w.reserve_exact(1);
         w.push(i);
     }
@@ -91,37 +100,43 @@ fn top_vector_grows_in_place_while_its_block_has_room() {
     w.truncate(100);
     w.shrink_to_fit();
     assert_eq!(w.as_ptr(), p);
-    assert_eq!(arena.bytes_used(), used - 9_900 * 8);
+    assert_eq!(arena.bytes_used(), used - (one_by_one as usize - 100) * 8);
     drop(w);
-    assert_eq!(arena.bytes_used(), used - 10_000 * 8);
+    assert_eq!(arena.bytes_used(), used - one_by_one as usize * 8);
 }
 
 #[test]
 fn hashmap_on_the_arena() {
+    // Under Miri, 3 000 entries and 300 strings.
+    let (n, keys) = if cfg!(miri) {
+        (3_000u64, 300)
+    } else {
+        (100_000u64, 10_000)
+    };
     let pool = pool("hashmap");
     let arena = MemoryArena::with_config(&pool, ArenaConfig::default().first_block(64 * KIB));
     let mut map = hashbrown::HashMap::new_in(&arena);
-    for i in 0..100_000u64 {
+    for i in 0..n {
         assert!(map.insert(i, i * 3).is_none());
     }
-    assert_eq!(map.len(), 100_000);
-    for i in 0..100_000u64 {
+    assert_eq!(map.len(), n as usize);
+    for i in 0..n {
         assert_eq!(map.get(&i), Some(&(i * 3)), "lookup {i}");
     }
-    assert_eq!(map.get(&100_000), None);
-    for i in (0..100_000u64).filter(|i| i % 3 == 0) {
+    assert_eq!(map.get(&n), None);
+    for i in (0..n).filter(|i| i % 3 == 0) {
         assert_eq!(map.remove(&i), Some(i * 3));
     }
-    assert_eq!(map.len(), 100_000 - 33_334);
-    for i in 0..100_000u64 {
+    assert_eq!(map.len(), (n - n.div_ceil(3)) as usize);
+    for i in 0..n {
         assert_eq!(map.get(&i).copied(), (i % 3 != 0).then_some(i * 3));
     }
     // Re-insert and overwrite.
-    for i in 0..50_000u64 {
+    for i in 0..n / 2 {
         map.insert(i, i + 1);
     }
-    for i in 0..100_000u64 {
-        let want = if i < 50_000 {
+    for i in 0..n {
+        let want = if i < n / 2 {
             Some(i + 1)
         } else {
             (i % 3 != 0).then_some(i * 3)
@@ -130,20 +145,27 @@ fn hashmap_on_the_arena() {
     }
     // A set of arena strings, with keys borrowed from the arena too.
     let mut set = hashbrown::HashSet::new_in(&arena);
-    for i in 0..10_000 {
+    for i in 0..keys {
         set.insert(&*arena.alloc_fmt(format_args!("key-{i}")));
     }
-    assert!(set.contains("key-9999") && !set.contains("key-10000"));
+    assert!(set.contains(format!("key-{}", keys - 1).as_str()));
+    assert!(!set.contains(format!("key-{keys}").as_str()));
     assert_eq!(pool.stats().in_use, arena.bytes_held());
 }
 
 #[test]
 fn vectors_growing_in_turn_stay_correct() {
+    // Under Miri, 2 000 rounds and 100 inner vectors.
+    let (rounds, inner_vecs) = if cfg!(miri) {
+        (2_000u32, 100u16)
+    } else {
+        (20_000, 500)
+    };
     let pool = pool("interleaved");
     let arena = MemoryArena::with_config(&pool, ArenaConfig::default().first_block(16 * KIB));
     let mut vecs: Vec<AVec<u32, &MemoryArena>> = (0..8).map(|_| AVec::new_in(&arena)).collect();
     let mut bytes: AVec<u8, _> = AVec::new_in(&arena);
-    for round in 0..20_000u32 {
+    for round in 0..rounds {
         for (k, v) in vecs.iter_mut().enumerate() {
             if (round as usize + k).is_multiple_of(k + 1) {
                 v.push(round ^ (k as u32) << 24);
@@ -157,7 +179,7 @@ fn vectors_growing_in_turn_stay_correct() {
         }
     }
     for (k, v) in vecs.iter().enumerate() {
-        let want: Vec<u32> = (0..20_000u32)
+        let want: Vec<u32> = (0..rounds)
             .filter(|&r| (r as usize + k).is_multiple_of(k + 1))
             .map(|r| r ^ (k as u32) << 24)
             .collect();
@@ -168,7 +190,7 @@ fn vectors_growing_in_turn_stay_correct() {
 
     // Vectors of vectors, both on the arena.
     let mut outer: AVec<AVec<u16, &MemoryArena>, &MemoryArena> = AVec::new_in(&arena);
-    for i in 0..500u16 {
+    for i in 0..inner_vecs {
         let mut inner = AVec::with_capacity_in(1, &arena);
         inner.extend((0..i).map(|x| x.wrapping_mul(i)));
         outer.push(inner);

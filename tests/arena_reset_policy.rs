@@ -19,11 +19,13 @@ fn pool(name: &'static str) -> MemoryPool {
 
 /// One frame: `300 * scale` allocations of 64..1264 bytes (about 200 KiB per unit of
 /// scale, three times the default first block), alignments 8 / 16 / 64, every byte
-/// written. Returns the bytes requested.
+/// written. Returns the bytes requested. Under Miri: `30 * scale` allocations ten times
+/// as large, about the same bytes in a tenth of the calls.
 fn frame(arena: &MemoryArena, scale: usize) -> usize {
+    let (count, factor) = if cfg!(miri) { (30, 10) } else { (300, 1) };
     let mut total = 0;
-    for i in 0..300 * scale {
-        let size = 64 + (i * 37) % 1200;
+    for i in 0..count * scale {
+        let size = (64 + (i * 37) % 1200) * factor;
         let align = [8, 16, 64][i % 3];
         let p = arena.alloc(Layout::from_size_align(size, align).unwrap());
         assert_eq!(p.as_ptr() as usize % align, 0);
@@ -65,7 +67,7 @@ fn steady_frames_do_no_pool_operations_after_warm_up() {
         let ops = pool_ops(&pool);
         let held = arena.bytes_held();
         let mut high = arena.high_watermark();
-        for _ in 0..100 {
+        for _ in 0..if cfg!(miri) { 10 } else { 100 } {
             frame(&arena, 1);
             assert_eq!(arena.block_count(), 1, "{config:?}: the frame spilled over");
             arena.reset();
@@ -89,22 +91,33 @@ fn steady_frames_do_no_pool_operations_after_warm_up() {
 
 #[test]
 fn steady_frames_with_collections_and_scopes() {
+    // Under Miri the collections are a tenth (and 5 steady runs instead of 50).
+    let (pushes, entries, runs) = if cfg!(miri) {
+        (2_000u32, 200u32, 5)
+    } else {
+        (20_000, 2_000, 50)
+    };
     let pool = pool("steady-collections");
     let mut arena = MemoryArena::new(&pool);
     let run = |arena: &mut MemoryArena| {
         {
             let mut v = AVec::new_in(&*arena);
-            for i in 0..20_000u32 {
+            for i in 0..pushes {
                 v.push(i);
             }
             let mut map = hashbrown::HashMap::new_in(&*arena);
-            for i in 0..2_000u32 {
+            for i in 0..entries {
                 map.insert(i, v[i as usize]);
             }
-            assert_eq!(map[&1999], 1999);
+            assert_eq!(map[&(entries - 1)], entries - 1);
         }
         arena.scope(|a| {
-            a.alloc_slice(100_000, 0u8);
+            if cfg!(miri) {
+                // The same layout in 1 000 closure calls, not 100 000.
+                a.alloc_slice(1_000, [0u8; 100]);
+            } else {
+                a.alloc_slice(100_000, 0u8);
+            }
         });
         frame(arena, 1);
         arena.reset();
@@ -112,7 +125,7 @@ fn steady_frames_with_collections_and_scopes() {
     run(&mut arena);
     run(&mut arena);
     let ops = pool_ops(&pool);
-    for _ in 0..50 {
+    for _ in 0..runs {
         run(&mut arena);
         assert_eq!(arena.block_count(), 1);
     }
@@ -174,7 +187,9 @@ fn spike_then_quiet(config: ArenaConfig, quiet: usize) -> (usize, usize, Vec<usi
 
 #[test]
 fn a_spike_is_trimmed_after_trim_after_resets_quiet_frames() {
-    let (steady, spiked, held) = spike_then_quiet(ArenaConfig::default().trim_after_resets(5), 20);
+    let quiet = if cfg!(miri) { 8 } else { 20 };
+    let (steady, spiked, held) =
+        spike_then_quiet(ArenaConfig::default().trim_after_resets(5), quiet);
     assert!(
         spiked > 5 * steady,
         "the spike must grow the kept block ({spiked} vs {steady})"
@@ -208,7 +223,9 @@ fn the_default_trims_after_120_quiet_frames() {
 
 #[test]
 fn trim_after_resets_zero_never_shrinks() {
-    let (steady, spiked, held) = spike_then_quiet(ArenaConfig::default().trim_after_resets(0), 60);
+    let quiet = if cfg!(miri) { 10 } else { 60 };
+    let (steady, spiked, held) =
+        spike_then_quiet(ArenaConfig::default().trim_after_resets(0), quiet);
     assert!(spiked > 5 * steady);
     assert!(
         held.iter().all(|&h| h == spiked),

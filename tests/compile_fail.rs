@@ -6,7 +6,10 @@
 //! CI uses; `TRYBUILD=overwrite cargo test --test compile_fail` refreshes them.
 
 #[test]
-#[cfg_attr(any(miri, nebula_asan), ignore = "compiler messages are stable-toolchain specific")]
+#[cfg_attr(
+    any(miri, nebula_asan),
+    ignore = "compiler messages are stable-toolchain specific"
+)]
 fn compile_fail() {
     let t = trybuild::TestCases::new();
     // A passing case makes trybuild run `cargo build` rather than `cargo check`, which the

@@ -294,7 +294,8 @@ fn thread_arena_is_made_on_first_use_and_reset() {
 /// One short-lived worker: allocates from its thread arena, checks the bytes, exits.
 fn worker(seed: u8) {
     let mut ptrs = Vec::new();
-    for i in 0..100usize {
+    // Every byte is checked one by one: 30 allocations under Miri.
+    for i in 0..if cfg!(miri) { 30 } else { 100usize } {
         let size = 16 + i * 5;
         let p = thread_arena_alloc(Layout::from_size_align(size, 16).unwrap()).unwrap();
         // SAFETY: `size` fresh bytes.
@@ -315,14 +316,15 @@ fn thread_arenas_come_back_when_threads_exit() {
     let before = blocks_in_use();
     let in_use_before = scratch_pool().stats().in_use;
 
-    // 32 threads one after the other.
-    for t in 0..32u8 {
+    // 32 threads one after the other (4 under Miri).
+    for t in 0..if cfg!(miri) { 4 } else { 32u8 } {
         std::thread::spawn(move || worker(t)).join().unwrap();
         assert_eq!(blocks_in_use(), before, "thread {t} kept its block");
     }
 
-    // Batches of 8 threads alive at once, each holding its arena while the others do.
-    for batch in 0..4u8 {
+    // Batches of 8 threads alive at once, each holding its arena while the others do (one
+    // batch under Miri).
+    for batch in 0..if cfg!(miri) { 1 } else { 4u8 } {
         let ready = Barrier::new(9);
         let done = Barrier::new(9);
         std::thread::scope(|s| {

@@ -5,8 +5,9 @@
 //! measurement lives in the single `#[test]` below. Linux only (`/proc/self/statm`).
 //!
 //! `cargo test --release --test pool_rss -- --nocapture` prints the figures.
-// Under AddressSanitizer RSS also counts shadow memory, so the figures mean nothing there.
-#![cfg(all(target_os = "linux", not(nebula_asan)))]
+// Under AddressSanitizer RSS also counts shadow memory, so the figures mean nothing there;
+// Miri has no /proc (isolation) and no OS pages to measure (its regions are `std::alloc`).
+#![cfg(all(target_os = "linux", not(nebula_asan), not(miri)))]
 
 use std::ptr::NonNull;
 use std::time::Duration;
@@ -30,6 +31,23 @@ const DEFAULT_RETAIN: usize = if CAPACITY / 4 < 64 * MIB {
 };
 /// The documented default purge delay (`MemoryPool::set_purge_delay`).
 const DEFAULT_PURGE_DELAY: Duration = Duration::from_millis(500);
+
+/// Under valgrind (`scripts/valgrind.sh` sets `NEBULA_UNDER_VALGRIND=1`) `/proc/self/statm`
+/// counts valgrind's own memory (shadow memory, its replacement heap and the freed-block
+/// queue of that heap), so RSS figures say nothing about the pool there.
+fn under_valgrind() -> bool {
+    std::env::var_os("NEBULA_UNDER_VALGRIND").is_some_and(|v| v == "1")
+}
+
+/// An assertion about RSS: skipped under valgrind (see [`under_valgrind`]), where the rest
+/// of the test (the pool's own bookkeeping, `maintain` and `trim` results) is still checked.
+macro_rules! assert_rss {
+    ($($arg:tt)*) => {
+        if !under_valgrind() {
+            assert!($($arg)*);
+        }
+    };
+}
 
 fn rss() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
@@ -96,7 +114,7 @@ fn rss_follows_use() {
     let scratch = MemoryPool::new("scratch-like", 64 * MIB).unwrap();
     let created = above(before);
     println!("creating pools of 256 + 512 + 64 MiB: RSS {}", mib(created));
-    assert!(
+    assert_rss!(
         created < SLACK as isize,
         "creating pools cost {}",
         mib(created)
@@ -115,7 +133,7 @@ fn rss_follows_use() {
         PEAK / MIB,
         mib(peak)
     );
-    assert!(
+    assert_rss!(
         peak >= (PEAK - SLACK) as isize,
         "touching {PEAK} B raised RSS by only {}",
         mib(peak)
@@ -127,7 +145,7 @@ fn rss_follows_use() {
         DEFAULT_RETAIN / MIB,
         mib(freed)
     );
-    assert!(
+    assert_rss!(
         freed <= (DEFAULT_RETAIN + SLACK) as isize,
         "after freeing: {}",
         mib(freed)
@@ -135,14 +153,14 @@ fn rss_follows_use() {
     pool.trim();
     let trimmed = above(baseline);
     println!("after trim(): RSS {}", mib(trimmed));
-    assert!(trimmed <= SLACK as isize, "after trim: {}", mib(trimmed));
+    assert_rss!(trimmed <= SLACK as isize, "after trim: {}", mib(trimmed));
 
     // (c) The same with the default purge delay: once it has passed, `maintain()` (the
     // per-frame call) gives the memory back.
     let pool = engine;
     let baseline = rss();
     let blocks = allocate_peak(&pool);
-    assert!(above(baseline) >= (PEAK - SLACK) as isize);
+    assert_rss!(above(baseline) >= (PEAK - SLACK) as isize);
     free_all(&pool, blocks);
     std::thread::sleep(DEFAULT_PURGE_DELAY + Duration::from_millis(100));
     pool.maintain();
@@ -151,13 +169,13 @@ fn rss_follows_use() {
         "all freed, default purge delay, maintain() after it: RSS {}",
         mib(maintained)
     );
-    assert!(
+    assert_rss!(
         maintained <= (DEFAULT_RETAIN + SLACK) as isize,
         "after maintain: {}",
         mib(maintained)
     );
     pool.trim();
-    assert!(above(baseline) <= SLACK as isize);
+    assert_rss!(above(baseline) <= SLACK as isize);
 
     // (d) Retain limit "never": freed memory stays resident until `trim()`.
     pool.set_retain_limit(usize::MAX);
@@ -167,7 +185,7 @@ fn rss_follows_use() {
     free_all(&pool, blocks);
     let kept = above(baseline);
     println!("all freed, retain limit usize::MAX: RSS {}", mib(kept));
-    assert!(
+    assert_rss!(
         kept >= (PEAK - SLACK) as isize,
         "pages were given back: {}",
         mib(kept)
@@ -176,5 +194,5 @@ fn rss_follows_use() {
     assert_eq!(pool.trim(), 1, "one dirty free range");
     let trimmed = above(baseline);
     println!("after trim(): RSS {}", mib(trimmed));
-    assert!(trimmed <= SLACK as isize, "after trim: {}", mib(trimmed));
+    assert_rss!(trimmed <= SLACK as isize, "after trim: {}", mib(trimmed));
 }

@@ -82,6 +82,17 @@ fn verify(block: NonNull<MemoryBlock>, seed: u64) {
     }
 }
 
+/// `n` steps; a fortieth under Miri (every word of every block is stamped and verified).
+fn steps(n: usize) -> usize {
+    if cfg!(miri) { n / 40 } else { n }
+}
+
+/// Blocks of at most `n` bytes; a sixteenth under Miri (sizes are log-uniform, so this
+/// mostly trims the rare large blocks).
+fn max_size(n: usize) -> usize {
+    if cfg!(miri) { n / 16 } else { n }
+}
+
 /// Counts of what the threads did, to compare with the pool's own counters.
 #[derive(Default)]
 struct Tally {
@@ -201,11 +212,11 @@ fn four_threads_share_one_pool() {
     std::thread::scope(|s| {
         for t in 0..4 {
             let (pool, tally, start) = (&pool, &tally, &start);
-            s.spawn(move || churn(pool, t, 10_000, 48, 64 << 10, tally, start));
+            s.spawn(move || churn(pool, t, steps(10_000), 48, max_size(64 << 10), tally, start));
         }
     });
     check_drained(&pool, &tally);
-    assert!(tally.allocations.load(Ordering::Relaxed) >= 4 * 5000);
+    assert!(tally.allocations.load(Ordering::Relaxed) >= 4 * (steps(10_000) as u64 / 2));
 }
 
 #[test]
@@ -220,7 +231,7 @@ fn four_threads_with_decommit_on_every_release() {
     std::thread::scope(|s| {
         for t in 0..4 {
             let (pool, tally, start) = (&pool, &tally, &start);
-            s.spawn(move || churn(pool, t, 3000, 16, 128 << 10, tally, start));
+            s.spawn(move || churn(pool, t, steps(3000), 16, max_size(128 << 10), tally, start));
         }
     });
     check_drained(&pool, &tally);
@@ -236,7 +247,7 @@ fn many_threads_share_one_pool() {
     std::thread::scope(|s| {
         for t in 0..threads as u64 {
             let (pool, tally, start) = (&pool, &tally, &start);
-            s.spawn(move || churn(pool, t, 3000, 24, 32 << 10, tally, start));
+            s.spawn(move || churn(pool, t, steps(3000), 24, max_size(32 << 10), tally, start));
         }
     });
     check_drained(&pool, &tally);
@@ -257,10 +268,10 @@ fn blocks_released_by_other_threads() {
             s.spawn(move || {
                 let mut rng = Rng::new(100 + t);
                 start.wait();
-                for step in 0..8000u64 {
+                for step in 0..steps(8000) as u64 {
                     let seed = (t << 48) ^ step ^ 0x5555_0000;
                     if rng.below(2) == 0 {
-                        if let Some(h) = acquire(pool, rng.size(32 << 10), seed, tally) {
+                        if let Some(h) = acquire(pool, rng.size(max_size(32 << 10)), seed, tally) {
                             bag.lock().unwrap().push(h);
                         }
                     } else {
@@ -293,7 +304,17 @@ fn arc_shared_pool_with_static_threads() {
     let handles: Vec<_> = (0..4u64)
         .map(|t| {
             let (pool, tally, start) = (pool.clone(), tally.clone(), start.clone());
-            std::thread::spawn(move || churn(&pool, 1000 + t, 4000, 32, 16 << 10, &tally, &start))
+            std::thread::spawn(move || {
+                churn(
+                    &pool,
+                    1000 + t,
+                    steps(4000),
+                    32,
+                    max_size(16 << 10),
+                    &tally,
+                    &start,
+                )
+            })
         })
         .collect();
     for h in handles {
