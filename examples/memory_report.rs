@@ -15,7 +15,9 @@
 use std::ptr::NonNull;
 use std::time::Instant;
 
-use nebula_memory::{MemoryBlock, engine_pool, game_pool, scratch_pool};
+use nebula_memory::{
+    MemoryArena, MemoryBlock, engine_pool, game_pool, maintain_global_pools, scratch_pool,
+};
 
 const MIB: usize = 1 << 20;
 /// Total usable bytes taken from the game pool in step 3.
@@ -93,8 +95,30 @@ fn main() {
     }
     record("blocks freed", game.stats().in_use);
 
+    // The pool keeps freed pages for its purge delay (500 ms), so a free-then-reallocate
+    // burst does not fault them in again; the per-frame `maintain` call then gives them
+    // back down to the retain limit.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    maintain_global_pools();
+    record("after 600 ms + maintain()", game.stats().in_use);
+
     let trimmed = game.trim();
     record("game_pool().trim()", game.stats().in_use);
+
+    // M1's arena case: a 200 MiB arena, touched, reset and dropped.
+    {
+        let mut arena = MemoryArena::new(game);
+        for _ in 0..200 {
+            arena.alloc_slice(MIB, 0xABu8);
+        }
+        record("200 MiB arena touched", game.stats().in_use);
+        arena.reset();
+        record("arena reset (keeps 1 block)", game.stats().in_use);
+    }
+    record("arena dropped", game.stats().in_use);
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    maintain_global_pools();
+    record("after 600 ms + maintain()", game.stats().in_use);
 
     println!("M1 memory report (RSS from /proc/self/statm, MiB)");
     println!(
