@@ -21,23 +21,6 @@ export NEBULA_SOAK_FRAMES="${NEBULA_SOAK_FRAMES:-6000}"
 export NEBULA_UNDER_VALGRIND=1
 skip=" compile_fail "
 
-# Known leaks in test code (not in src/), each one narrow:
-# - frame_thread::frame_arenas_on_private_pools `Box::leak`s a MemoryPool on purpose to get
-#   the `&'static MemoryPool` FrameArena::try_new_in needs; the reference lives only on the
-#   test thread's stack, so memcheck calls it "definitely lost".
-supp=$(mktemp)
-trap 'rm -f "$supp"' EXIT
-cat >"$supp" <<'EOF'
-{
-   frame_thread_leaks_its_private_pool_on_purpose
-   Memcheck:Leak
-   match-leak-kinds: definite
-   fun:malloc
-   ...
-   fun:_ZN12frame_thread29frame_arenas_on_private_pools17h*
-}
-EOF
-
 start=$SECONDS
 bins=$(cargo test --no-run --tests --message-format=json \
     | python3 -c 'import json,sys
@@ -56,7 +39,7 @@ while read -r name bin; do
     echo "==> valgrind $name"
     t=$SECONDS
     if ! valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
-        --show-leak-kinds=definite --suppressions="$supp" "$bin" --test-threads=2 -q; then
+        --show-leak-kinds=definite "$bin" --test-threads=2 -q; then
         echo "valgrind FAILED on $bin"
         status=1
     fi

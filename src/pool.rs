@@ -625,8 +625,11 @@ impl MemoryPool {
                 "has no valid block header (a double free of a block already merged, a foreign pointer or an overwritten header)",
             );
         }
-        // SAFETY: the address is a 16-aligned header slot inside our region, which is mapped
-        // for the pool's whole life, so reading the header fields is defined.
+        // SAFETY: for a pointer that honours the contract this is a live block's header. For
+        // one that does not (best-effort detection of a broken contract), the slot is at
+        // least inside our region, which stays mapped and zero-initialised for the pool's
+        // life, so the read does not leave the region; on Windows an uncommitted page
+        // there would fault rather than panic.
         let (magic, size) = unsafe { ((*b).magic, (*b).size) };
         match magic {
             MAGIC_USED => {}

@@ -33,7 +33,10 @@ use std::sync::LazyLock;
 use nebula_memory::{ArenaConfig, Checkpoint, MemoryArena, MemoryPool};
 use proptest::prelude::*;
 
-const MAX_FIRST: usize = 64 * 1024;
+/// Largest first block; 16 KiB under Miri (fresh bytes are checked one by one).
+const MAX_FIRST: usize = if cfg!(miri) { 16 * 1024 } else { 64 * 1024 };
+/// Longest program; 100 steps under Miri.
+const MAX_OPS: usize = if cfg!(miri) { 100 } else { 200 };
 const MAX_SIZE: usize = 3 * MAX_FIRST;
 /// Reserved address space only; committed as blocks are handed out.
 const POOL_CAPACITY: usize = 512 << 20;
@@ -576,7 +579,7 @@ proptest! {
     #![proptest_config(proptest_config())]
 
     #[test]
-    fn arena_matches_model(config in config(), ops in prop::collection::vec(op(), 1..200)) {
+    fn arena_matches_model(config in config(), ops in prop::collection::vec(op(), 1..MAX_OPS)) {
         run(config, &ops);
     }
 }

@@ -74,7 +74,7 @@ fn global_pools_hand_out_disjoint_blocks() {
 #[test]
 fn global_pools_are_shared_between_threads() {
     // Every byte is checked one by one: smaller blocks under Miri.
-    let unit = if cfg!(miri) { 50 } else { 1000 };
+    let unit = if cfg!(miri) { 16 } else { 1000 };
     std::thread::scope(|s| {
         for t in 0..4u8 {
             s.spawn(move || {

@@ -32,6 +32,8 @@ use proptest::prelude::*;
 
 const HEADER: usize = 32;
 const NAME: &str = "model";
+/// Longest random program; 80 steps under Miri.
+const MAX_OPS: usize = if cfg!(miri) { 80 } else { 160 };
 
 #[derive(Clone, Debug)]
 enum SizeSpec {
@@ -550,7 +552,7 @@ proptest! {
         capacity in capacity(),
         retain in retain_limit(),
         purge_now in purge_now(),
-        ops in prop::collection::vec(op(), 1..160),
+        ops in prop::collection::vec(op(), 1..MAX_OPS),
         release_order in any::<u64>(),
     ) {
         run(capacity, retain, purge_now, &ops, release_order)?;
@@ -561,7 +563,7 @@ proptest! {
 #[test]
 fn fill_then_drain_small_blocks() {
     // Every step checks the stats against all live blocks: too slow for Miri at full size.
-    let steps: u64 = if cfg!(miri) { 300 } else { 3000 };
+    let steps: u64 = if cfg!(miri) { 150 } else { 3000 };
     for capacity in [4096, 64 << 10] {
         let ops: Vec<Op> = (0..steps)
             .map(|i| match i % 7 {

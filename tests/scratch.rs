@@ -202,7 +202,7 @@ fn a_stolen_task_runs_inside_another_scope() {
     // queue, which uses scratch space itself.
     isolated(|| {
         let mut queue: VecDeque<Job> = VecDeque::new();
-        for k in 0..4u32 {
+        for k in 0..if cfg!(miri) { 2 } else { 4u32 } {
             queue.push_back(Box::new(move || {
                 with_scratch(|a| {
                     let mine = fill(a, 100 + k, 150_000);
@@ -223,7 +223,7 @@ fn a_stolen_task_runs_inside_another_scope() {
     // Several threads sharing one queue; every task steals others while its own scratch
     // data is live, up to a bounded depth.
     isolated(|| {
-        let tasks = if cfg!(miri) { 40 } else { 200 };
+        let tasks = if cfg!(miri) { 24 } else { 200 };
         let queue: Mutex<VecDeque<u32>> = Mutex::new((0..tasks).collect());
         thread_local! {
             static DEPTH: Cell<u32> = const { Cell::new(0) };
@@ -269,8 +269,8 @@ fn a_stolen_task_runs_inside_another_scope() {
 
 #[test]
 fn many_threads_at_once() {
-    // Under Miri, 4 threads of 5 iterations.
-    let (threads, iterations) = if cfg!(miri) { (4, 5) } else { (8, 50) };
+    // Under Miri, 4 threads of 3 iterations.
+    let (threads, iterations) = if cfg!(miri) { (4, 3) } else { (8, 50) };
     isolated(|| {
         let start = Barrier::new(threads as usize);
         std::thread::scope(|s| {
@@ -305,8 +305,8 @@ fn many_threads_at_once() {
 fn thread_exit_gives_scratch_blocks_back() {
     let _serial = serial();
     let before = scratch_pool().stats();
-    // Under Miri, 2 rounds of 2 threads.
-    let (rounds, threads) = if cfg!(miri) { (2, 2) } else { (4, 4) };
+    // Under Miri, 1 round of 2 threads.
+    let (rounds, threads) = if cfg!(miri) { (1, 2) } else { (4, 4) };
     for round in 0..rounds {
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
