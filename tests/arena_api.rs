@@ -22,17 +22,8 @@ fn pool(name: &'static str) -> MemoryPool {
     MemoryPool::new(name, 64 << 20).unwrap()
 }
 
-/// The message of the panic `f` raises.
-fn panic_message(f: impl FnOnce()) -> String {
-    let payload = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
-    if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else {
-        panic!("panic payload is not a string")
-    }
-}
+mod common;
+use common::panic_message;
 
 /// A 64 KiB pool named "tiny" with 60 KiB taken by another owner, so about 4 KiB is free:
 /// small requests still get a block, a request of 8 KiB finds the pool exhausted.

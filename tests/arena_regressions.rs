@@ -1,16 +1,9 @@
 //! Regression tests for problems found in review of the arena.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-
 use nebula_memory::{ArenaConfig, MemoryArena, MemoryPool};
 
-fn panic_message(f: impl FnOnce()) -> String {
-    let err = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
-    err.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
-}
+mod common;
+use common::panic_message;
 
 /// A checkpoint of a fresh arena (no block yet, generation 0) must not rewind another
 /// fresh arena.

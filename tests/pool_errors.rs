@@ -7,24 +7,14 @@
 //! address alone, or points at a 16-aligned header slot inside the pool's own region,
 //! which stays mapped, so reading it is defined.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
 use nebula_memory::{MemoryBlock, MemoryPool, PoolError, PoolStats};
 
 const HEADER: usize = 32;
 
-/// Runs `f`, which must panic, and returns the panic message.
-fn panic_message(f: impl FnOnce()) -> String {
-    let payload = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
-    if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else {
-        panic!("panic payload is not a string")
-    }
-}
+mod common;
+use common::panic_message;
 
 /// The pool works and is consistent: stats add up, with `live` given back it is one free
 /// range again, and a block can be allocated, written and freed.
