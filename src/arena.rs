@@ -198,8 +198,6 @@ pub struct MemoryArena<'pool> {
     generation: Cell<u64>,
     quiet_resets: Cell<u32>,
     quiet_peak: Cell<usize>,
-    /// The decision `resize_decision` made in this reset (handed to the slow path).
-    pending_resize: Cell<Option<usize>>,
     /// Blocks taken from the system heap (`heap_fallback`), never kept by reset.
     heap_blocks: Cell<usize>,
     tags: RefCell<Vec<(&'static str, usize)>>,
@@ -248,7 +246,6 @@ impl<'pool> MemoryArena<'pool> {
             generation: Cell::new(0),
             quiet_resets: Cell::new(0),
             quiet_peak: Cell::new(0),
-            pending_resize: Cell::new(None),
             heap_blocks: Cell::new(0),
             tags: RefCell::new(Vec::new()),
             config,
@@ -835,11 +832,14 @@ impl<'pool> MemoryArena<'pool> {
 
         // The steady state: one pool block, nothing to decide but its fill level. Handled
         // without touching block memory (its header is cold after a big frame).
-        if self.block_count.get() == 1 && self.heap_blocks.get() == 0 {
+        let single = self.block_count.get() == 1 && self.heap_blocks.get() == 0;
+        let mut single_want = None;
+        if single {
             let cur = self.current.get();
             let data = MemoryBlock::data_of(nn(cur)).as_ptr();
             let capacity = self.end.get().addr() - data.addr();
-            if self.resize_decision(capacity, target).is_none() {
+            single_want = self.resize_decision(capacity, target);
+            if single_want.is_none() {
                 // SAFETY: everything handed out from the block is dead (`&mut self`).
                 unsafe { poison::give_back(data, self.ptr.get().addr() - data.addr()) };
                 self.ptr.set(data);
@@ -881,9 +881,10 @@ impl<'pool> MemoryArena<'pool> {
             // SAFETY: `largest` is one of our blocks.
             unsafe { (*largest).capacity() }
         };
-        // A single block already had its decision made above.
-        let want = if self.block_count.get() == 1 && self.heap_blocks.get() == 0 {
-            Some(self.pending_resize.take().unwrap_or(target))
+        // A single block had its decision made above (the decision counts quiet frames,
+        // so it is made exactly once per reset).
+        let want = if single {
+            single_want
         } else {
             self.resize_decision(kept_cap, target)
         };
@@ -954,7 +955,7 @@ impl<'pool> MemoryArena<'pool> {
     /// Updates the quiet-frame count, so it is called once per reset.
     fn resize_decision(&self, kept_cap: usize, target: usize) -> Option<usize> {
         let floor = round_block(self.config.first_block.max(1));
-        let want = if kept_cap < target {
+        if kept_cap < target {
             // Grow by at least a quarter, so a frame size creeping upwards costs a few
             // replacements, not one per new record.
             Some(round_block(
@@ -969,9 +970,7 @@ impl<'pool> MemoryArena<'pool> {
             self.quiet_resets.set(0);
             self.quiet_peak.set(0);
             None
-        };
-        self.pending_resize.set(want);
-        want
+        }
     }
 
     /// Gives the cached spare blocks (those after the current one) back to the pool.
