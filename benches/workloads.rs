@@ -127,23 +127,8 @@ unsafe impl Allocator for MiAlloc {
         old: Layout,
         new: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
-        if old.size() == 0 || old.align() != new.align() {
-            let q = self.allocate(new)?;
-            // SAFETY: `q` is fresh, `ptr` live with `old.size() <= new.size()` bytes; then
-            // the old block is freed.
-            unsafe {
-                q.cast::<u8>()
-                    .as_ptr()
-                    .copy_from_nonoverlapping(ptr.as_ptr(), old.size());
-                self.deallocate(ptr, old);
-            }
-            return Ok(q);
-        }
-        // SAFETY: `ptr` is a live mimalloc block with layout `old`; `new.size()` is non-zero.
-        let p = unsafe { MiMalloc.realloc(ptr.as_ptr(), old, new.size()) };
-        NonNull::new(p)
-            .map(|p| NonNull::slice_from_raw_parts(p, new.size()))
-            .ok_or(AllocError)
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { self.resize(ptr, old, new) }
     }
 
     #[inline]
@@ -153,18 +138,37 @@ unsafe impl Allocator for MiAlloc {
         old: Layout,
         new: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
-        if new.size() == 0 || old.align() != new.align() {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { self.resize(ptr, old, new) }
+    }
+}
+
+impl MiAlloc {
+    /// Grow or shrink: mimalloc's `realloc` when both sizes are non-zero and the alignment
+    /// is unchanged, else allocate, copy what both hold, free.
+    ///
+    /// # Safety
+    /// `ptr` is live in this allocator with layout `old`.
+    #[inline]
+    unsafe fn resize(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        if old.size() == 0 || new.size() == 0 || old.align() != new.align() {
             let q = self.allocate(new)?;
-            // SAFETY: as in `grow`, copying the `new.size()` bytes both hold.
+            // SAFETY: `q` is fresh, `ptr` live with `old.size()` bytes; we copy the bytes
+            // both hold, then free the old block.
             unsafe {
                 q.cast::<u8>()
                     .as_ptr()
-                    .copy_from_nonoverlapping(ptr.as_ptr(), new.size());
+                    .copy_from_nonoverlapping(ptr.as_ptr(), old.size().min(new.size()));
                 self.deallocate(ptr, old);
             }
             return Ok(q);
         }
-        // SAFETY: as in `grow`.
+        // SAFETY: `ptr` is a live mimalloc block with layout `old`; `new.size()` is non-zero.
         let p = unsafe { MiMalloc.realloc(ptr.as_ptr(), old, new.size()) };
         NonNull::new(p)
             .map(|p| NonNull::slice_from_raw_parts(p, new.size()))
