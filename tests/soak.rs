@@ -17,20 +17,8 @@ use std::alloc::Layout;
 use allocator_api2::vec::Vec as AVec;
 use nebula_memory::{ArenaConfig, MemoryArena, MemoryPool};
 
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+mod common;
+use common::SplitMix64;
 
 #[cfg(target_os = "linux")]
 fn rss_bytes() -> usize {
@@ -56,14 +44,14 @@ fn under_valgrind() -> bool {
 fn frame(
     arena: &mut MemoryArena<'_>,
     scratch: &mut MemoryArena<'_>,
-    rng: &mut SplitMix,
+    rng: &mut SplitMix64,
     spike: bool,
 ) {
-    let count = 20 + rng.below(100) as usize;
+    let count = 20 + rng.below(100);
     let mut live: Vec<(*mut u8, usize, u8)> = Vec::with_capacity(count);
     for i in 0..count {
-        let size = 8 + rng.below(if spike { 64 * 1024 } else { 2048 }) as usize;
-        let align = [8, 16, 64][rng.below(3) as usize];
+        let size = 8 + rng.below(if spike { 64 * 1024 } else { 2048 });
+        let align = [8, 16, 64][rng.below(3)];
         let p = arena
             .alloc(Layout::from_size_align(size, align).unwrap())
             .as_ptr();
@@ -78,7 +66,7 @@ fn frame(
         v.push(i as u32);
     }
     scratch.scope(|s| {
-        let tmp = s.alloc_slice_fill_with(rng.below(1024) as usize, |i| i as u16);
+        let tmp = s.alloc_slice_fill_with(rng.below(1024), |i| i as u16);
         assert!(tmp.iter().enumerate().all(|(i, &x)| x == i as u16));
     });
     for (i, x) in v.iter().enumerate() {
@@ -112,7 +100,7 @@ fn soak_100k_frames_stays_flat_and_gives_everything_back() {
         .trim_after_resets(60);
     let mut arena = MemoryArena::with_config(&pool, config);
     let mut scratch = MemoryArena::with_config(&pool, config);
-    let mut rng = SplitMix(0x50AC);
+    let mut rng = SplitMix64(0x50AC);
 
     let mut baseline = None;
     let mut max_in_use_after_warmup = 0;
