@@ -646,8 +646,10 @@ impl MemoryPool {
         unsafe { poison::give_back(MemoryBlock::data_of(block).as_ptr(), size - HEADER) };
 
         let mut st = self.state.lock();
-        // SAFETY: a live used block of this region; its neighbours' headers are inside the
-        // region and are only read or written under the lock we hold.
+        // SAFETY: a live used block of this region that the caller gave up; its header (and
+        // its neighbours', in `release_locked`) are only written under the lock we hold.
+        // Quarantine protects whole pages of its data only, which nobody may touch now;
+        // the header page stays accessible for the magic checks of later frees.
         unsafe {
             if (*b).magic != MAGIC_USED {
                 drop(st);
