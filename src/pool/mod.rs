@@ -1,33 +1,29 @@
 //! `MemoryPool`: one reserved region split into blocks by a TLSF free structure.
 //!
-//! The seeds ask for first-fit with splitting over a free list. That is O(n) per acquire
-//! and per release once the pool fragments, which is exactly when a game can least afford
-//! it. We keep the seed's contract (split what is too large, coalesce what is freed) and
-//! replace the search with Two-Level Segregated Fit:
+//! A first-fit search over one free list (what a textbook block pool does) is O(n) per
+//! acquire and per release once the pool fragments, which is exactly when a game can least
+//! afford it. The pool keeps the same contract (split what is too large, coalesce what is
+//! freed) and finds blocks with Two-Level Segregated Fit instead:
 //!
-//! - Free blocks live in size classes: a first level per power of two and 32 linear
-//!   subdivisions per level ([`SL_COUNT`]). One bit per non-empty class in two bitmaps.
-//! - Acquire rounds the request up to the next class boundary, so any block in a class found
-//!   by two `trailing_zeros` is large enough (good fit, O(1)). When nothing is found the
-//!   request's own class, the one place a fitting block may hide, is scanned, at most
-//!   [`MAX_SCAN`] entries: still O(1), and the pool refuses only when no block it can see
-//!   fits.
+//! - [`tlsf`]: free blocks indexed by size class; acquire is two bitmap searches plus a
+//!   bounded scan, O(1) whatever the fragmentation.
 //! - Release merges the block with free physical neighbours at once (boundary tags, see
 //!   [`crate::block`]), so two free blocks are never adjacent and releasing everything
 //!   restores the single initial range.
+//! - [`purge`]: when release pressure has lasted past a delay, free pages go back to the OS.
+//! - [`quarantine`]: a debug aid that keeps freed blocks inaccessible for a few frames.
 //!
-//! Physical memory: the region is reserved and pages are committed as blocks are handed
-//! out. Free ranges that may hold resident pages carry a `DIRTY` flag. When releases have
-//! outrun acquisitions by more than the retain limit and stayed so for the purge delay
-//! (mimalloc's answer to free-then-reallocate churn), one pass decommits every dirty free
-//! range, so RSS falls after a peak while a steady workload keeps its pages.
-//! [`MemoryPool::trim`] runs that pass at once; [`MemoryPool::maintain`] runs it if due.
+//! Physical memory: the region is reserved once ([`crate::vm`]) and pages are committed as
+//! blocks are handed out.
 
-use std::collections::VecDeque;
+mod purge;
+mod quarantine;
+mod tlsf;
+
 use std::ptr::{self, NonNull};
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -39,20 +35,9 @@ use crate::error::PoolError;
 use crate::poison;
 use crate::vm::Region;
 
-/// log2 of the number of second-level classes per power of two.
-const SL_LOG2: u32 = 5;
-/// Second-level classes per power of two: the rounding waste is at most 1/32.
-const SL_COUNT: usize = 1 << SL_LOG2;
-/// Sizes below this are all in first-level class 0, linearly by 16 bytes.
-const SMALL: usize = SL_COUNT * BLOCK_ALIGN;
-/// First-level classes: enough for any `isize::MAX` region.
-const FL_COUNT: usize = (usize::BITS - SMALL.trailing_zeros() + 1) as usize;
-/// How many blocks of the request's own class the fallback search looks at.
-pub(crate) const MAX_SCAN: usize = 64;
-/// Default retain limit: capacity / 4, at most this.
-const DEFAULT_RETAIN_MAX: usize = 64 << 20;
-/// Default purge delay: how long release pressure must last before pages are given back.
-const DEFAULT_PURGE_DELAY: Duration = Duration::from_millis(500);
+use purge::Purge;
+use quarantine::Quarantine;
+use tlsf::Tlsf;
 
 /// A snapshot of a pool's counters, from [`MemoryPool::stats`].
 ///
@@ -143,7 +128,7 @@ impl std::fmt::Display for PoolStats {
 pub struct MemoryPool {
     name: &'static str,
     region: Region,
-    state: Mutex<Box<Tlsf>>,
+    state: Mutex<Box<State>>,
 }
 
 // SAFETY: the region is owned by the pool; every access to the free structure and to
@@ -153,180 +138,23 @@ unsafe impl Send for MemoryPool {}
 // SAFETY: as above: shared access goes through the mutex.
 unsafe impl Sync for MemoryPool {}
 
-struct Tlsf {
-    fl_bitmap: u64,
-    sl_bitmap: [u32; FL_COUNT],
-    heads: [[*mut MemoryBlock; SL_COUNT]; FL_COUNT],
+/// Everything the pool's lock guards.
+struct State {
+    index: Tlsf,
+    counters: Counters,
+    purge: Purge,
+    quarantine: Quarantine,
+}
+
+/// The figures behind [`PoolStats`].
+#[derive(Default)]
+struct Counters {
     in_use: usize,
     blocks_in_use: usize,
     high_watermark: usize,
     exhaustions: u64,
-    free_ranges: usize,
     allocations: u64,
     frees: u64,
-    /// Release pressure: bytes freed minus bytes acquired since the last decommit pass
-    /// (saturating at 0).
-    dirty_free: usize,
-    retain_limit: usize,
-    purge_delay: Duration,
-    /// When `dirty_free` last rose above `retain_limit` (None while it is below).
-    pressure_since: Option<Instant>,
-    /// Use-after-free trap: freed blocks wait this many `maintain` calls (0: off).
-    quarantine_frames: u32,
-    /// Freed blocks waiting, with the `epoch` at which they were freed.
-    quarantine: VecDeque<(*mut MemoryBlock, u64)>,
-    /// Bytes of the blocks in `quarantine`.
-    quarantined: usize,
-    /// `maintain` calls so far.
-    epoch: u64,
-}
-
-/// Size class (first level, second level) of a block of `size` bytes.
-#[inline]
-fn mapping(size: usize) -> (usize, usize) {
-    if size < SMALL {
-        (0, size / BLOCK_ALIGN)
-    } else {
-        let msb = usize::BITS - 1 - size.leading_zeros();
-        let fl = msb - SMALL.trailing_zeros() + 1;
-        let sl = (size >> (msb - SL_LOG2)) & (SL_COUNT - 1);
-        (fl as usize, sl)
-    }
-}
-
-/// `size` rounded up to the next class boundary, so every block of its class fits it.
-#[inline]
-fn round_to_class(size: usize) -> usize {
-    if size < SMALL {
-        size
-    } else {
-        let msb = usize::BITS - 1 - size.leading_zeros();
-        let step = (1usize << (msb - SL_LOG2)) - 1;
-        // Sizes are at most `isize::MAX`, so this cannot overflow.
-        (size + step) & !step
-    }
-}
-
-impl Tlsf {
-    /// # Safety
-    /// `block` is a free block of this pool with `magic`, `size` and footer written, and is
-    /// on no list.
-    unsafe fn insert(&mut self, block: *mut MemoryBlock) {
-        // SAFETY: the caller hands us a valid free header; list neighbours are valid free
-        // headers of this pool, accessed under the pool's lock.
-        let (fl, sl) = mapping(unsafe { (*block).size });
-        let head = self.heads[fl][sl];
-        // SAFETY: as above.
-        unsafe {
-            (*block).next = head;
-            (*block).word = Word {
-                prev_free: ptr::null_mut(),
-            };
-            if !head.is_null() {
-                (*head).word = Word { prev_free: block };
-            }
-        }
-        self.heads[fl][sl] = block;
-        self.fl_bitmap |= 1 << fl;
-        self.sl_bitmap[fl] |= 1 << sl;
-        self.free_ranges += 1;
-    }
-
-    /// # Safety
-    /// `block` is on this pool's free lists.
-    unsafe fn remove(&mut self, block: *mut MemoryBlock) {
-        // SAFETY: `block` and its list neighbours are valid free headers, under the lock.
-        unsafe {
-            let (fl, sl) = mapping((*block).size);
-            let next = (*block).next;
-            let prev = (*block).word.prev_free;
-            if !next.is_null() {
-                (*next).word = Word { prev_free: prev };
-            }
-            if prev.is_null() {
-                debug_assert_eq!(self.heads[fl][sl], block);
-                self.heads[fl][sl] = next;
-                if next.is_null() {
-                    self.sl_bitmap[fl] &= !(1 << sl);
-                    if self.sl_bitmap[fl] == 0 {
-                        self.fl_bitmap &= !(1 << fl);
-                    }
-                }
-            } else {
-                (*prev).next = next;
-            }
-        }
-        self.free_ranges -= 1;
-    }
-
-    /// The first block of a non-empty class at or above `(fl, sl)`.
-    fn find_from(&self, fl: usize, sl: usize) -> *mut MemoryBlock {
-        let sl_map = self.sl_bitmap[fl] & (!0u32).checked_shl(sl as u32).unwrap_or(0);
-        let (fl, sl_map) = if sl_map != 0 {
-            (fl, sl_map)
-        } else {
-            let fl_map = self.fl_bitmap & (!0u64).checked_shl(fl as u32 + 1).unwrap_or(0);
-            if fl_map == 0 {
-                return ptr::null_mut();
-            }
-            let fl = fl_map.trailing_zeros() as usize;
-            (fl, self.sl_bitmap[fl])
-        };
-        self.heads[fl][sl_map.trailing_zeros() as usize]
-    }
-
-    /// A free block of at least `size` bytes, or null. O(1): two bitmap searches, then at
-    /// most `MAX_SCAN` blocks of `size`'s own class.
-    fn find(&self, size: usize) -> *mut MemoryBlock {
-        let rounded = round_to_class(size);
-        if rounded <= isize::MAX as usize {
-            let (fl, sl) = mapping(rounded);
-            if fl < FL_COUNT {
-                let found = self.find_from(fl, sl);
-                if !found.is_null() {
-                    return found;
-                }
-            }
-        }
-        let (fl, sl) = mapping(size);
-        let mut b = self.heads[fl][sl];
-        for _ in 0..MAX_SCAN {
-            if b.is_null() {
-                break;
-            }
-            // SAFETY: list members are valid free headers (under the lock).
-            unsafe {
-                if (*b).size >= size {
-                    return b;
-                }
-                b = (*b).next;
-            }
-        }
-        ptr::null_mut()
-    }
-
-    /// Total size of the largest block `find` can return: the best of the first `MAX_SCAN`
-    /// blocks of the highest non-empty class.
-    fn largest(&self) -> usize {
-        if self.fl_bitmap == 0 {
-            return 0;
-        }
-        let fl = 63 - self.fl_bitmap.leading_zeros() as usize;
-        let sl = 31 - self.sl_bitmap[fl].leading_zeros() as usize;
-        let mut b = self.heads[fl][sl];
-        let mut best = 0;
-        for _ in 0..MAX_SCAN {
-            if b.is_null() {
-                break;
-            }
-            // SAFETY: list members are valid free headers (under the lock).
-            unsafe {
-                best = best.max((*b).size);
-                b = (*b).next;
-            }
-        }
-        best
-    }
 }
 
 impl MemoryPool {
@@ -351,22 +179,15 @@ impl MemoryPool {
                 capacity,
             });
         }
+        let reserve_failed = |os_code| PoolError::ReserveFailed {
+            pool: name,
+            capacity,
+            os_code,
+        };
         let region = match Region::reserve(capacity) {
             Some(Ok(region)) => region,
-            Some(Err(e)) => {
-                return Err(PoolError::ReserveFailed {
-                    pool: name,
-                    capacity,
-                    os_code: e.raw_os_error(),
-                });
-            }
-            None => {
-                return Err(PoolError::ReserveFailed {
-                    pool: name,
-                    capacity,
-                    os_code: None,
-                });
-            }
+            Some(Err(e)) => return Err(reserve_failed(e.raw_os_error())),
+            None => return Err(reserve_failed(None)),
         };
         let len = region.len();
         let base = region.base().as_ptr();
@@ -374,32 +195,14 @@ impl MemoryPool {
         // inside the fresh region.
         unsafe {
             if !region.commit(base, HEADER) || !region.commit(base.add(len - 8), 8) {
-                return Err(PoolError::ReserveFailed {
-                    pool: name,
-                    capacity,
-                    os_code: None,
-                });
+                return Err(reserve_failed(None));
             }
         }
-        let mut tlsf = Box::new(Tlsf {
-            fl_bitmap: 0,
-            sl_bitmap: [0; FL_COUNT],
-            heads: [[ptr::null_mut(); SL_COUNT]; FL_COUNT],
-            in_use: 0,
-            blocks_in_use: 0,
-            high_watermark: 0,
-            exhaustions: 0,
-            free_ranges: 0,
-            allocations: 0,
-            frees: 0,
-            dirty_free: 0,
-            retain_limit: (len / 4).min(DEFAULT_RETAIN_MAX),
-            purge_delay: DEFAULT_PURGE_DELAY,
-            pressure_since: None,
-            quarantine_frames: 0,
-            quarantine: VecDeque::new(),
-            quarantined: 0,
-            epoch: 0,
+        let mut state = Box::new(State {
+            index: Tlsf::new(),
+            counters: Counters::default(),
+            purge: Purge::new(len),
+            quarantine: Quarantine::new(),
         });
         let first = base.cast::<MemoryBlock>();
         // SAFETY: the region is page-aligned, at least a page long and committed where we
@@ -413,7 +216,7 @@ impl MemoryPool {
                 word: Word { used: 0 },
             });
             write_footer(first);
-            tlsf.insert(first);
+            state.index.insert(first);
             // Nobody may touch free space until it is handed out.
             poison::hide(
                 MemoryBlock::data_of(NonNull::new_unchecked(first)).as_ptr(),
@@ -423,7 +226,7 @@ impl MemoryPool {
         Ok(MemoryPool {
             name,
             region,
-            state: Mutex::new(tlsf),
+            state: Mutex::new(state),
         })
     }
 
@@ -476,47 +279,104 @@ impl MemoryPool {
         self.allocate(min_usable, false)
     }
 
+    /// Validate, find, carve, count, hand out.
     fn allocate(&self, min_usable: usize, report: bool) -> Result<NonNull<MemoryBlock>, PoolError> {
+        let size = self.block_size(min_usable)?;
+        let mut st = self.state.lock();
+        let found = st.index.find(size);
+        if found.is_null() {
+            return Err(self.refuse(st, min_usable, report));
+        }
+        // SAFETY: `found` is a free block of this region, found under the lock we hold.
+        let block = unsafe { self.carve(&mut st, found, size) }.ok_or(PoolError::CommitFailed {
+            pool: self.name,
+            requested: min_usable,
+        })?;
+        // SAFETY: `carve` returned a block now in use, so its header is readable.
+        let size = unsafe { (*block).size };
+        let c = &mut st.counters;
+        c.in_use += size;
+        c.blocks_in_use += 1;
+        c.allocations += 1;
+        c.high_watermark = c.high_watermark.max(c.in_use);
+        st.purge.acquired(size);
+        drop(st);
+
+        // SAFETY: `carve` never returns null.
+        let block = unsafe { NonNull::new_unchecked(block) };
+        // SAFETY: the usable bytes are inside the block we just took off the free lists.
+        unsafe { poison::hand_out(MemoryBlock::data_of(block).as_ptr(), size - HEADER) };
+        Ok(block)
+    }
+
+    /// The total size of the block that serves `min_usable` bytes, or why there is none.
+    fn block_size(&self, min_usable: usize) -> Result<usize, PoolError> {
         let pool = self.name;
         if min_usable == 0 {
             return Err(PoolError::ZeroSize { pool });
         }
-        let capacity = self.region.len();
-        let max_usable = capacity - HEADER;
-        let size = match min_usable.checked_next_multiple_of(BLOCK_ALIGN) {
-            Some(n) if n <= max_usable => (n + HEADER).max(MIN_BLOCK),
-            _ => {
-                return Err(PoolError::TooLarge {
-                    pool,
-                    requested: min_usable,
-                    max_usable,
-                });
-            }
-        };
-
-        let mut st = self.state.lock();
-        let block = st.find(size);
-        if block.is_null() {
-            let (free, largest_free) = (capacity - st.in_use, st.largest().saturating_sub(HEADER));
-            if !report {
-                return Err(PoolError::Exhausted {
-                    pool,
-                    requested: min_usable,
-                    free,
-                    largest_free,
-                });
-            }
-            st.exhaustions += 1;
-            drop(st);
-            return Err(self.exhausted(min_usable, free, largest_free));
+        let max_usable = self.region.len() - HEADER;
+        match min_usable.checked_next_multiple_of(BLOCK_ALIGN) {
+            Some(n) if n <= max_usable => Ok((n + HEADER).max(MIN_BLOCK)),
+            _ => Err(PoolError::TooLarge {
+                pool,
+                requested: min_usable,
+                max_usable,
+            }),
         }
-        // SAFETY: `block` is a free block of this region found under the lock; every header
-        // we read or write below lies inside the region, and we hold the lock.
-        let size = unsafe {
-            st.remove(block);
+    }
+
+    /// Refuses a request nothing fits: counts and reports it unless it was tentative.
+    #[cold]
+    fn refuse(
+        &self,
+        mut st: parking_lot::MutexGuard<'_, Box<State>>,
+        requested: usize,
+        report: bool,
+    ) -> PoolError {
+        let pool = self.name;
+        let free = self.region.len() - st.counters.in_use;
+        let largest_free = st.index.largest().saturating_sub(HEADER);
+        if report {
+            st.counters.exhaustions += 1;
+            drop(st);
+            let span = tracing::warn_span!("pool_exhausted", pool, requested, free, largest_free);
+            let _enter = span.enter();
+            tracing::warn!(
+                pool,
+                requested,
+                free,
+                largest_free,
+                "memory pool '{pool}' exhausted: asked for {requested} bytes, {free} free, \
+                 largest free block {largest_free}"
+            );
+        }
+        PoolError::Exhausted {
+            pool,
+            requested,
+            free,
+            largest_free,
+        }
+    }
+
+    /// Takes free block `block` off the lists, splits off what is beyond `size` (when the
+    /// rest can stand as a block of its own), commits it and marks it in use. Returns
+    /// `None`, with the pool unchanged, when the OS refuses to commit.
+    ///
+    /// # Safety
+    /// `block` is on this pool's free lists, its total size is at least `size`, and the lock
+    /// is held (`st`).
+    unsafe fn carve(
+        &self,
+        st: &mut State,
+        block: *mut MemoryBlock,
+        size: usize,
+    ) -> Option<*mut MemoryBlock> {
+        // SAFETY: per the contract every header we read or write below lies inside the
+        // region, and we hold the lock.
+        unsafe {
+            st.index.remove(block);
             let total = (*block).size;
-            let end = block.cast::<u8>().add(total);
-            let region_end = self.region.base().as_ptr().add(capacity);
             let rest = total - size;
             let (size, rest) = if rest >= MIN_BLOCK {
                 (size, rest)
@@ -526,12 +386,8 @@ impl MemoryPool {
             // Commit the block and, when split, the header of the remainder after it.
             let commit_len = if rest > 0 { size + HEADER } else { size };
             if !self.region.commit(block.cast(), commit_len) {
-                st.insert(block);
-                drop(st);
-                return Err(PoolError::CommitFailed {
-                    pool,
-                    requested: min_usable,
-                });
+                st.index.insert(block);
+                return None;
             }
             let dirty = (*block).flags.fetch_and(!DIRTY, Relaxed) & DIRTY;
             if rest > 0 {
@@ -545,54 +401,27 @@ impl MemoryPool {
                     word: Word { used: 0 },
                 });
                 write_footer(tail);
-                st.insert(tail);
+                st.index.insert(tail);
                 (*block).size = size;
-            } else if end < region_end {
-                (*end.cast::<MemoryBlock>())
-                    .flags
-                    .fetch_and(!PREV_FREE, Relaxed);
+            } else if let Some(after) = self.physical_next(block) {
+                (*after).flags.fetch_and(!PREV_FREE, Relaxed);
             }
             (*block).magic = MAGIC_USED;
             (*block).next = ptr::null_mut();
             (*block).word = Word { used: 0 };
-            size
-        };
-        st.in_use += size;
-        st.blocks_in_use += 1;
-        st.allocations += 1;
-        st.high_watermark = st.high_watermark.max(st.in_use);
-        st.dirty_free = st.dirty_free.saturating_sub(size);
-        if st.dirty_free <= st.retain_limit {
-            st.pressure_since = None;
+            Some(block)
         }
-        drop(st);
-
-        // SAFETY: the block is ours now; its data spans `size - HEADER` bytes.
-        let block = unsafe { NonNull::new_unchecked(block) };
-        // SAFETY: the usable bytes are inside the block we just took off the free lists.
-        unsafe { poison::hand_out(MemoryBlock::data_of(block).as_ptr(), size - HEADER) };
-        Ok(block)
     }
 
-    #[cold]
-    fn exhausted(&self, requested: usize, free: usize, largest_free: usize) -> PoolError {
-        let pool = self.name;
-        let span = tracing::warn_span!("pool_exhausted", pool, requested, free, largest_free);
-        let _enter = span.enter();
-        tracing::warn!(
-            pool,
-            requested,
-            free,
-            largest_free,
-            "memory pool '{pool}' exhausted: asked for {requested} bytes, {free} free, \
-             largest free block {largest_free}"
-        );
-        PoolError::Exhausted {
-            pool,
-            requested,
-            free,
-            largest_free,
-        }
+    /// The block right after `block` in the region, if `block` is not the last.
+    ///
+    /// # Safety
+    /// `block`'s header is valid (its size is right).
+    unsafe fn physical_next(&self, block: *mut MemoryBlock) -> Option<*mut MemoryBlock> {
+        let region_end = self.region.base().as_ptr() as usize + self.region.len();
+        // SAFETY: per the contract; a block ends at or before the region's end.
+        let after = unsafe { block.cast::<u8>().add((*block).size) };
+        ((after as usize) < region_end).then_some(after.cast())
     }
 
     /// Gives `block` back and merges it with its free neighbours at once. O(1).
@@ -613,35 +442,7 @@ impl MemoryPool {
     /// overwritten.
     pub unsafe fn free_block(&self, block: NonNull<MemoryBlock>) {
         let b = block.as_ptr();
-        let base = self.region.base().as_ptr() as usize;
-        let addr = b as usize;
-        let capacity = self.region.len();
-        if addr < base || addr > base + capacity - MIN_BLOCK || !addr.is_multiple_of(BLOCK_ALIGN) {
-            self.bad_free(b, "is not a block of this pool (foreign pointer)");
-        }
-        if poison::is_hidden(b.cast(), HEADER) {
-            self.bad_free(
-                b,
-                "has no valid block header (a double free of a block already merged, a foreign pointer or an overwritten header)",
-            );
-        }
-        // SAFETY: for a pointer that honours the contract this is a live block's header. For
-        // one that does not (best-effort detection of a broken contract), the slot is at
-        // least inside our region, which stays mapped and zero-initialised for the pool's
-        // life, so the read does not leave the region; on Windows an uncommitted page
-        // there would fault rather than panic.
-        let (magic, size) = unsafe { ((*b).magic, (*b).size) };
-        match magic {
-            MAGIC_USED => {}
-            MAGIC_FREE | MAGIC_QUARANTINE => self.bad_free(b, "was already freed (double free)"),
-            _ => self.bad_free(
-                b,
-                "has no valid block header (a double free of a block already merged, a foreign pointer or an overwritten header)",
-            ),
-        }
-        if size < MIN_BLOCK || size % BLOCK_ALIGN != 0 || size > base + capacity - addr {
-            self.bad_free(b, "has a corrupted size in its header");
-        }
+        let size = self.check_freed(b);
         // SAFETY: the caller gave the block back to us; its data is dead.
         unsafe { poison::give_back(MemoryBlock::data_of(block).as_ptr(), size - HEADER) };
 
@@ -655,15 +456,11 @@ impl MemoryPool {
                 drop(st);
                 self.bad_free(b, "was already freed (double free)");
             }
-            if st.quarantine_frames > 0 {
-                // Purgatory: keep the block out of circulation, its pages inaccessible,
-                // until `maintain` has been called `quarantine_frames` times.
+            if st.quarantine.active() {
                 (*b).magic = MAGIC_QUARANTINE;
                 let data = MemoryBlock::data_of(block).as_ptr();
                 self.region.protect(data, size - HEADER, false);
-                let epoch = st.epoch;
-                st.quarantine.push_back((b, epoch));
-                st.quarantined += size;
+                st.quarantine.hold(b, size);
                 return;
             }
             self.release_locked(&mut st, b);
@@ -671,29 +468,59 @@ impl MemoryPool {
         self.purge_if_due(&mut st);
     }
 
+    /// The checks `free_block` makes before touching anything: the pointer is a block of
+    /// this region and its header says it is in use with a plausible size, which it returns.
+    /// Panics naming the pool and the address otherwise.
+    fn check_freed(&self, b: *mut MemoryBlock) -> usize {
+        let base = self.region.base().as_ptr() as usize;
+        let addr = b as usize;
+        let capacity = self.region.len();
+        if addr < base || addr > base + capacity - MIN_BLOCK || !addr.is_multiple_of(BLOCK_ALIGN) {
+            self.bad_free(b, "is not a block of this pool (foreign pointer)");
+        }
+        const NO_HEADER: &str = "has no valid block header (a double free of a block already \
+                                 merged, a foreign pointer or an overwritten header)";
+        if poison::is_hidden(b.cast(), HEADER) {
+            self.bad_free(b, NO_HEADER);
+        }
+        // SAFETY: for a pointer that honours `free_block`'s contract this is a live block's
+        // header. For one that does not (best-effort detection of a broken contract), the
+        // slot is at least inside our region, which stays mapped and zero-initialised for
+        // the pool's life, so the read does not leave the region; on Windows an uncommitted
+        // page there would fault rather than panic.
+        let (magic, size) = unsafe { ((*b).magic, (*b).size) };
+        match magic {
+            MAGIC_USED => {}
+            MAGIC_FREE | MAGIC_QUARANTINE => self.bad_free(b, "was already freed (double free)"),
+            _ => self.bad_free(b, NO_HEADER),
+        }
+        if size < MIN_BLOCK || size % BLOCK_ALIGN != 0 || size > base + capacity - addr {
+            self.bad_free(b, "has a corrupted size in its header");
+        }
+        size
+    }
+
     /// Puts in-use block `b` back on the free lists, merged with its free neighbours.
     ///
     /// # Safety
     /// `b` is a block of this pool whose magic is `MAGIC_USED` and nobody uses it; the lock
     /// is held (`st`).
-    unsafe fn release_locked(&self, st: &mut Tlsf, b: *mut MemoryBlock) {
-        let base = self.region.base().as_ptr() as usize;
-        let capacity = self.region.len();
+    unsafe fn release_locked(&self, st: &mut State, b: *mut MemoryBlock) {
         // SAFETY: per the contract; neighbours' headers lie inside the region and are only
         // touched under the lock.
         unsafe {
             let size = (*b).size;
-            st.in_use -= size;
-            st.blocks_in_use -= 1;
-            st.frees += 1;
-            st.dirty_free = st.dirty_free.saturating_add(size);
+            st.counters.in_use -= size;
+            st.counters.blocks_in_use -= 1;
+            st.counters.frees += 1;
+            st.purge.released(size);
 
-            let region_end = base + capacity;
             let mut start = b;
             let mut total = size;
-            let next = b.cast::<u8>().add(size).cast::<MemoryBlock>();
-            if (next as usize) < region_end && (*next).magic == MAGIC_FREE {
-                st.remove(next);
+            if let Some(next) = self.physical_next(b)
+                && (*next).magic == MAGIC_FREE
+            {
+                st.index.remove(next);
                 total += (*next).size;
                 (*next).magic = 0;
             }
@@ -706,7 +533,7 @@ impl MemoryPool {
                     "pool '{}': bad boundary tag",
                     self.name
                 );
-                st.remove(prev);
+                st.index.remove(prev);
                 total += prev_size;
                 (*b).magic = 0;
                 start = prev;
@@ -718,13 +545,10 @@ impl MemoryPool {
             let flags = (*start).flags.load(Relaxed);
             (*start).flags.store((flags & !PREV_FREE) | DIRTY, Relaxed);
             write_footer(start);
-            let after = start.cast::<u8>().add(total);
-            if (after as usize) < region_end {
-                (*after.cast::<MemoryBlock>())
-                    .flags
-                    .fetch_or(PREV_FREE, Relaxed);
+            if let Some(after) = self.physical_next(start) {
+                (*after).flags.fetch_or(PREV_FREE, Relaxed);
             }
-            st.insert(start);
+            st.index.insert(start);
             // Headers of absorbed blocks are now plain free space.
             poison::hide(
                 MemoryBlock::data_of(NonNull::new_unchecked(start)).as_ptr(),
@@ -733,67 +557,35 @@ impl MemoryPool {
         }
     }
 
-    /// Runs a decommit pass if release pressure has exceeded the retain limit for at least
-    /// the purge delay; starts the clock when the pressure first crosses the limit.
-    fn purge_if_due(&self, st: &mut Tlsf) -> usize {
-        if st.dirty_free <= st.retain_limit {
-            st.pressure_since = None;
-            return 0;
-        }
-        let now = Instant::now();
-        match st.pressure_since {
-            Some(since) if now.duration_since(since) >= st.purge_delay => self.decommit_dirty(st),
-            Some(_) => 0,
-            None if st.purge_delay.is_zero() => self.decommit_dirty(st),
-            None => {
-                st.pressure_since = Some(now);
-                0
-            }
+    /// Runs a decommit pass if the purge policy says one is due.
+    fn purge_if_due(&self, st: &mut State) -> usize {
+        if st.purge.due() {
+            self.decommit_dirty(st)
+        } else {
+            0
         }
     }
 
     /// One decommit pass: gives back the pages of every dirty free range and resets the
     /// release pressure. O(free ranges); under the lock, because a range must not be handed
     /// out while its pages are being dropped. Returns the number of ranges decommitted.
-    fn decommit_dirty(&self, st: &mut Tlsf) -> usize {
+    fn decommit_dirty(&self, st: &mut State) -> usize {
         let mut count = 0;
-        for fl in 0..FL_COUNT {
-            if st.sl_bitmap[fl] == 0 {
-                continue;
-            }
-            for sl in 0..SL_COUNT {
-                let mut b = st.heads[fl][sl];
-                while !b.is_null() {
-                    // SAFETY: a free block on our lists, under the lock.
-                    unsafe {
-                        if (*b).flags.load(Relaxed) & DIRTY != 0 {
-                            self.decommit_free(b);
-                            (*b).flags.fetch_and(!DIRTY, Relaxed);
-                            count += 1;
-                        }
-                        b = (*b).next;
-                    }
+        st.index.for_each(|b| {
+            // SAFETY: a free block on our lists, under the lock. Its interior (between the
+            // header and the footer, which stay committed) is dead memory of the region.
+            unsafe {
+                if (*b).flags.load(Relaxed) & DIRTY != 0 {
+                    let size = (*b).size;
+                    self.region
+                        .decommit(b.cast::<u8>().add(HEADER), size - HEADER - 8);
+                    (*b).flags.fetch_and(!DIRTY, Relaxed);
+                    count += 1;
                 }
             }
-        }
-        st.dirty_free = 0;
-        st.pressure_since = None;
+        });
+        st.purge.passed();
         count
-    }
-
-    /// Gives the whole pages inside free block `b` (between its header and its footer) back
-    /// to the OS.
-    ///
-    /// # Safety
-    /// `b` is a free block of this pool and the lock is held.
-    unsafe fn decommit_free(&self, b: *mut MemoryBlock) {
-        // SAFETY: the interior of a free block is dead memory inside the region; its header
-        // and footer (outside the range) stay committed.
-        unsafe {
-            let size = (*b).size;
-            self.region
-                .decommit(b.cast::<u8>().add(HEADER), size - HEADER - 8);
-        }
     }
 
     #[cold]
@@ -820,18 +612,19 @@ impl MemoryPool {
     pub fn stats(&self) -> PoolStats {
         let st = self.state.lock();
         let capacity = self.region.len();
+        let c = &st.counters;
         PoolStats {
             capacity,
-            in_use: st.in_use,
-            free: capacity - st.in_use,
-            largest_free: st.largest().saturating_sub(HEADER),
-            blocks_in_use: st.blocks_in_use,
-            high_watermark: st.high_watermark,
-            exhaustions: st.exhaustions,
-            free_ranges: st.free_ranges,
-            quarantined: st.quarantined,
-            allocations: st.allocations,
-            frees: st.frees,
+            in_use: c.in_use,
+            free: capacity - c.in_use,
+            largest_free: st.index.largest().saturating_sub(HEADER),
+            blocks_in_use: c.blocks_in_use,
+            high_watermark: c.high_watermark,
+            exhaustions: c.exhaustions,
+            free_ranges: st.index.free_ranges,
+            quarantined: st.quarantine.bytes,
+            allocations: c.allocations,
+            frees: c.frees,
         }
     }
 
@@ -845,7 +638,7 @@ impl MemoryPool {
     /// pool.set_retain_limit(0);
     /// ```
     pub fn set_retain_limit(&self, bytes: usize) {
-        self.state.lock().retain_limit = bytes;
+        self.state.lock().purge.retain_limit = bytes;
     }
 
     /// Sets how long release pressure must stay above the retain limit before a release or
@@ -859,14 +652,15 @@ impl MemoryPool {
     /// pool.set_purge_delay(std::time::Duration::ZERO);
     /// ```
     pub fn set_purge_delay(&self, delay: Duration) {
-        self.state.lock().purge_delay = delay;
+        self.state.lock().purge.delay = delay;
     }
 
     /// Gives free pages back to the OS if release pressure has stayed above the retain
-    /// limit for the purge delay. Cheap when nothing is due (a lock and a comparison); call
-    /// it once per frame (see [`maintain_global_pools`](crate::maintain_global_pools)),
-    /// since a steady arena workload makes no pool call that could run it. O(1), or
-    /// O(free ranges) when a pass runs. Returns the number of ranges decommitted.
+    /// limit for the purge delay, and releases quarantined blocks whose wait is over.
+    /// Cheap when nothing is due (a lock and a comparison); call it once per frame (see
+    /// [`maintain_global_pools`](crate::maintain_global_pools)), since a steady arena
+    /// workload makes no pool call that could run it. O(1), or O(free ranges) when a pass
+    /// runs. Returns the number of ranges decommitted.
     ///
     /// ```
     /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
@@ -874,17 +668,12 @@ impl MemoryPool {
     /// ```
     pub fn maintain(&self) -> usize {
         let mut st = self.state.lock();
-        st.epoch += 1;
-        while let Some(&(b, freed_at)) = st.quarantine.front() {
-            if st.epoch - freed_at < u64::from(st.quarantine_frames) {
-                break;
-            }
-            st.quarantine.pop_front();
+        st.quarantine.tick();
+        while let Some(b) = st.quarantine.pop_expired() {
             // SAFETY: a quarantined block of this pool: dead, out of every list, its header
             // accessible; its data pages are made accessible again before it is released.
             unsafe {
                 let size = (*b).size;
-                st.quarantined -= size;
                 let data = MemoryBlock::data_of(NonNull::new_unchecked(b)).as_ptr();
                 self.region.protect(data, size - HEADER, true);
                 (*b).magic = MAGIC_USED;
@@ -916,7 +705,7 @@ impl MemoryPool {
     /// assert_eq!(pool.stats().in_use, 0);
     /// ```
     pub fn set_quarantine(&self, frames: u32) {
-        self.state.lock().quarantine_frames = frames;
+        self.state.lock().quarantine.frames = frames;
     }
 
     /// Gives the pages of every free range that may hold resident memory back to the OS
@@ -963,11 +752,11 @@ impl std::fmt::Debug for MemoryPool {
 
 impl Drop for MemoryPool {
     fn drop(&mut self) {
-        let st = self.state.get_mut();
-        if st.blocks_in_use != 0 {
+        let blocks = self.state.get_mut().counters.blocks_in_use;
+        if blocks != 0 {
             tracing::debug!(
                 pool = self.name,
-                blocks = st.blocks_in_use,
+                blocks,
                 "memory pool dropped with blocks still in use"
             );
         }
@@ -999,34 +788,4 @@ unsafe fn write_footer(b: *mut MemoryBlock) {
 unsafe fn footer(b: *mut MemoryBlock) -> usize {
     // SAFETY: see the contract; the footer lies inside the region, before `b`.
     unsafe { b.cast::<u8>().sub(8).cast::<usize>().read() }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn classes_are_monotonic_and_rounding_fits() {
-        let mut last = (0, 0);
-        // Miri runs this too, on a range small enough for it.
-        let top = if cfg!(miri) { 1 << 14 } else { 1 << 22 };
-        for size in (MIN_BLOCK..top).step_by(BLOCK_ALIGN) {
-            let c = mapping(size);
-            assert!(c >= last, "class order broke at {size}");
-            last = c;
-            let r = round_to_class(size);
-            assert!(r >= size);
-            // Every block of r's class is >= r's class start >= size.
-            let (fl, sl) = mapping(r);
-            if fl > 0 {
-                let msb = fl as u32 + SMALL.trailing_zeros() - 1;
-                let class_start = (1usize << msb) + (sl << (msb - SL_LOG2));
-                assert!(
-                    class_start >= size,
-                    "size {size} rounded to class starting {class_start}"
-                );
-            }
-        }
-        assert!(mapping(isize::MAX as usize).0 < FL_COUNT);
-    }
 }
