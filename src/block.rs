@@ -122,6 +122,53 @@ impl MemoryBlock {
     }
 }
 
+impl MemoryBlock {
+    /// A block taken from the system heap, laid out like a pool block (magic
+    /// `MAGIC_HEAP`), for an arena whose pool ran dry. `None` if the size overflows or the
+    /// heap refuses. Its usable bytes are uninitialised.
+    pub(crate) fn heap(min_usable: usize) -> Option<NonNull<MemoryBlock>> {
+        let size = min_usable
+            .checked_next_multiple_of(BLOCK_ALIGN)?
+            .checked_add(HEADER)?;
+        let layout = std::alloc::Layout::from_size_align(size, BLOCK_ALIGN).ok()?;
+        // SAFETY: `size >= HEADER > 0`.
+        let block = NonNull::new(unsafe { std::alloc::alloc(layout) })?.cast::<MemoryBlock>();
+        // SAFETY: fresh heap memory of `size >= HEADER` bytes, 16-aligned.
+        unsafe {
+            block.write(MemoryBlock {
+                magic: MAGIC_HEAP,
+                flags: AtomicU32::new(0),
+                size,
+                next: std::ptr::null_mut(),
+                word: Word { used: 0 },
+            })
+        };
+        Some(block)
+    }
+
+    /// Whether this block came from the system heap ([`MemoryBlock::heap`]).
+    pub(crate) fn is_heap(&self) -> bool {
+        self.magic == MAGIC_HEAP
+    }
+
+    /// Gives a heap block back to the system heap.
+    ///
+    /// # Safety
+    /// `block` came from [`MemoryBlock::heap`] and nothing in it is used any more.
+    pub(crate) unsafe fn free_heap(block: NonNull<MemoryBlock>) {
+        // SAFETY: per the contract the header is valid; `size` and the alignment are the
+        // layout `heap` allocated with. The heap gets its memory back unpoisoned.
+        unsafe {
+            let size = block.as_ref().size;
+            crate::poison::expose(block.as_ptr().cast(), size);
+            std::alloc::dealloc(
+                block.as_ptr().cast(),
+                std::alloc::Layout::from_size_align_unchecked(size, BLOCK_ALIGN),
+            );
+        }
+    }
+}
+
 impl std::fmt::Debug for MemoryBlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match self.magic {

@@ -153,13 +153,6 @@ pub enum AllocError {
         /// The pool the arena draws from.
         pool: &'static str,
     },
-    /// A fixed-capacity arena ([`FrameArena`](crate::FrameArena)) has no room left.
-    Full {
-        /// Bytes asked for.
-        requested: usize,
-        /// Bytes left.
-        remaining: usize,
-    },
 }
 
 impl AllocError {
@@ -175,13 +168,6 @@ impl fmt::Display for AllocError {
             AllocError::Layout { pool } => write!(
                 f,
                 "arena on pool '{pool}': requested size overflows isize::MAX"
-            ),
-            AllocError::Full {
-                requested,
-                remaining,
-            } => write!(
-                f,
-                "frame arena full: asked for {requested} bytes, {remaining} left"
             ),
         }
     }

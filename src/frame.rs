@@ -1,9 +1,12 @@
-//! `FrameArena` (seed 000's API) and the per-thread frame arena.
+//! `FrameArena` and the per-thread frame arena: the fixed-capacity per-frame arena API
+//! game code knows (`alloc` returning `Option`, `unsafe reset(&self)`).
 //!
-//! A `FrameArena` is a fixed-capacity bump arena over one block of the scratch pool: the
-//! seed's design, kept exactly (same methods, same `Option` results, `unsafe reset(&self)`),
-//! with two changes: the memory comes from [`scratch_pool`] instead of the global heap,
-//! and alignments above 16 are honoured by aligning the address rather than the offset.
+//! A `FrameArena` is a bump [`Cursor`] over one block of a pool (the scratch pool unless
+//! told otherwise): the same bump path as every other arena of the crate. Its window is
+//! placed in the block so that it ends on a 64-byte boundary (the cursor's invariant) and
+//! is exactly `capacity` bytes long; when the capacity is a multiple of 16 the window also
+//! starts 16-aligned. Alignments of any size are honoured by aligning the address, with
+//! the padding counted in `bytes_used`.
 //!
 //! The thread-local frame arena ([`thread_arena_alloc`] / [`thread_arena_reset`]) is a
 //! `FrameArena` per thread, created on the thread's first allocation and given back to the
@@ -11,9 +14,12 @@
 
 use std::alloc::Layout;
 use std::cell::{Cell, OnceCell};
+use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
 
+use crate::arena::cursor::{Cursor, END_ALIGN};
 use crate::block::MemoryBlock;
 use crate::error::PoolError;
 use crate::global::scratch_pool;
@@ -37,12 +43,13 @@ use crate::pool::MemoryPool;
 /// assert_eq!(arena.bytes_remaining(), 4096);
 /// ```
 pub struct FrameArena {
+    cursor: Cursor,
     block: NonNull<MemoryBlock>,
-    base: NonNull<u8>,
     capacity: usize,
-    offset: Cell<usize>,
-    high_watermark: Cell<usize>,
+    high_watermark: AtomicUsize,
     pool: &'static MemoryPool,
+    /// Bumping is not atomic: one thread at a time.
+    _not_sync: PhantomData<Cell<()>>,
 }
 
 // SAFETY: the arena exclusively owns its block; the pool it returns it to is `Sync`.
@@ -70,25 +77,41 @@ impl FrameArena {
     /// An arena of exactly `capacity` usable bytes in a block of `pool`. O(1).
     ///
     /// # Errors
-    /// The pool's refusal ([`PoolError::ZeroSize`] for a capacity of 0).
+    /// The pool's refusal ([`PoolError::ZeroSize`] for a capacity of 0,
+    /// [`PoolError::TooLarge`] for one the pool can never hold).
     ///
     /// ```
     /// let arena = nebula_memory::FrameArena::try_new_in(nebula_memory::engine_pool(), 4096).unwrap();
     /// assert_eq!(arena.bytes_remaining(), 4096);
     /// ```
     pub fn try_new_in(pool: &'static MemoryPool, capacity: usize) -> Result<Self, PoolError> {
-        let block = pool.allocate_block(capacity)?;
-        let base = MemoryBlock::data_of(block);
-        // SAFETY: the block is ours and its data spans at least `capacity` bytes; nothing of
-        // it is handed out yet.
-        unsafe { poison::hide(base.as_ptr(), capacity) };
+        if capacity == 0 {
+            return Err(PoolError::ZeroSize { pool: pool.name() });
+        }
+        // Room to slide the window so that it ends on a 64-byte boundary.
+        let request = capacity
+            .checked_add(END_ALIGN - 1)
+            .ok_or(PoolError::TooLarge {
+                pool: pool.name(),
+                requested: capacity,
+                max_usable: usize::MAX,
+            })?;
+        let block = pool.allocate_block(request)?;
+        let data = MemoryBlock::data_of(block).as_ptr();
+        // `data + capacity` rounded up to 64 lies within `data + request`, inside the block.
+        let end = (data.addr() + capacity).next_multiple_of(END_ALIGN);
+        let (start, end) = (data.with_addr(end - capacity), data.with_addr(end));
+        let cursor = Cursor::empty();
+        cursor.enter(start, end, 0);
+        // SAFETY: the window is inside our block; nothing of it is handed out yet.
+        unsafe { poison::hide(start, capacity) };
         Ok(FrameArena {
+            cursor,
             block,
-            base,
             capacity,
-            offset: Cell::new(0),
-            high_watermark: Cell::new(0),
+            high_watermark: AtomicUsize::new(0),
             pool,
+            _not_sync: PhantomData,
         })
     }
 
@@ -103,21 +126,10 @@ impl FrameArena {
     /// ```
     #[inline]
     pub fn alloc(&self, layout: Layout) -> Option<NonNull<u8>> {
-        let offset = self.offset.get();
-        let addr = (self.base.as_ptr() as usize).wrapping_add(offset);
-        let pad = addr.wrapping_neg() & (layout.align() - 1);
-        // `offset <= capacity`; `pad + size <= isize::MAX` by `Layout`: no overflow.
-        if pad + layout.size() > self.capacity - offset {
-            return None;
-        }
-        let start = offset + pad;
-        self.offset.set(start + layout.size());
-        // SAFETY: `start + size <= capacity`, inside our block's data.
-        unsafe {
-            let p = self.base.add(start);
-            poison::hand_out(p.as_ptr(), layout.size());
-            Some(p)
-        }
+        let p = self.cursor.bump(layout)?;
+        // SAFETY: the bytes were just carved out of our block for the caller.
+        unsafe { poison::hand_out(p.as_ptr(), layout.size()) };
+        Some(p)
     }
 
     /// Moves `value` into the arena; `None` when it has no room. O(1).
@@ -183,10 +195,12 @@ impl FrameArena {
     /// assert_eq!(arena.bytes_used(), 0);
     /// ```
     pub unsafe fn reset(&self) {
-        let used = self.offset.replace(0);
-        self.high_watermark.set(self.high_watermark.get().max(used));
+        let start = self.cursor.start();
+        let used = self.cursor.used_here();
+        self.high_watermark.fetch_max(used, Relaxed);
         // SAFETY: the caller guarantees the handed-out bytes are dead.
-        unsafe { poison::give_back(self.base.as_ptr(), used) };
+        unsafe { poison::give_back(start, used) };
+        self.cursor.set_ptr(start);
     }
 
     /// Bytes allocated since the last reset, alignment padding included. O(1).
@@ -196,7 +210,7 @@ impl FrameArena {
     /// assert_eq!(arena.bytes_used(), 0);
     /// ```
     pub fn bytes_used(&self) -> usize {
-        self.offset.get()
+        self.cursor.used_here()
     }
 
     /// Usable bytes: exactly the capacity asked for. O(1).
@@ -218,7 +232,7 @@ impl FrameArena {
     /// assert_eq!(arena.high_watermark(), 10);
     /// ```
     pub fn high_watermark(&self) -> usize {
-        self.high_watermark.get().max(self.offset.get())
+        self.high_watermark.load(Relaxed).max(self.bytes_used())
     }
 
     /// `capacity() - bytes_used()`. O(1).
@@ -229,7 +243,7 @@ impl FrameArena {
     /// assert_eq!(arena.bytes_remaining(), 60);
     /// ```
     pub fn bytes_remaining(&self) -> usize {
-        self.capacity - self.offset.get()
+        self.cursor.remaining()
     }
 }
 
@@ -265,7 +279,7 @@ static THREAD_ARENA_CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_THREAD_AREN
 /// nebula_memory::set_thread_arena_capacity(1 << 20);
 /// ```
 pub fn set_thread_arena_capacity(bytes: usize) {
-    THREAD_ARENA_CAPACITY.store(bytes, Ordering::Relaxed);
+    THREAD_ARENA_CAPACITY.store(bytes, Relaxed);
 }
 
 thread_local! {
@@ -286,7 +300,7 @@ pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
         .try_with(|cell| match cell.get() {
             Some(arena) => arena.alloc(layout),
             None => {
-                let capacity = THREAD_ARENA_CAPACITY.load(Ordering::Relaxed);
+                let capacity = THREAD_ARENA_CAPACITY.load(Relaxed);
                 let arena = FrameArena::try_new_in(scratch_pool(), capacity).ok()?;
                 cell.get_or_init(|| arena).alloc(layout)
             }
@@ -316,21 +330,52 @@ pub unsafe fn thread_arena_reset() {
     });
 }
 
-/// Bytes in use in the current thread's frame arena, its high watermark and capacity, or
-/// `None` if the thread has none yet. O(1).
+/// Figures of one frame arena, from [`FrameArena::stats`] or [`thread_arena_stats`].
+///
+/// ```
+/// let arena = nebula_memory::FrameArena::new(256);
+/// arena.alloc_val(7u64);
+/// let s = arena.stats();
+/// assert_eq!((s.bytes_used, s.high_watermark, s.capacity), (8, 8, 256));
+/// ```
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameArenaStats {
+    /// Bytes allocated since the last reset, padding included.
+    pub bytes_used: usize,
+    /// The most bytes ever in use at once.
+    pub high_watermark: usize,
+    /// Usable bytes.
+    pub capacity: usize,
+}
+
+impl FrameArena {
+    /// The arena's figures. O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::FrameArena::new(64);
+    /// assert_eq!(arena.stats().bytes_used, 0);
+    /// ```
+    pub fn stats(&self) -> FrameArenaStats {
+        FrameArenaStats {
+            bytes_used: self.bytes_used(),
+            high_watermark: self.high_watermark(),
+            capacity: self.capacity,
+        }
+    }
+}
+
+/// The current thread's frame arena figures, or `None` if the thread has none yet. O(1).
 ///
 /// ```
 /// use std::alloc::Layout;
 /// nebula_memory::thread_arena_alloc(Layout::new::<u64>());
-/// let (used, _peak, capacity) = nebula_memory::thread_arena_stats().unwrap();
-/// assert!(used >= 8 && capacity > 0);
+/// let s = nebula_memory::thread_arena_stats().unwrap();
+/// assert!(s.bytes_used >= 8 && s.capacity > 0);
 /// ```
-pub fn thread_arena_stats() -> Option<(usize, usize, usize)> {
+pub fn thread_arena_stats() -> Option<FrameArenaStats> {
     THREAD_ARENA
-        .try_with(|cell| {
-            cell.get()
-                .map(|a| (a.bytes_used(), a.high_watermark(), a.capacity()))
-        })
+        .try_with(|cell| cell.get().map(FrameArena::stats))
         .ok()
         .flatten()
 }

@@ -39,8 +39,8 @@ mod vm;
 
 pub use arena::{ArenaConfig, ArenaScope, ArenaStats, Checkpoint, MemoryArena};
 pub use frame::{
-    DEFAULT_THREAD_ARENA_CAPACITY, FrameArena, set_thread_arena_capacity, thread_arena_alloc,
-    thread_arena_reset, thread_arena_stats,
+    DEFAULT_THREAD_ARENA_CAPACITY, FrameArena, FrameArenaStats, set_thread_arena_capacity,
+    thread_arena_alloc, thread_arena_reset, thread_arena_stats,
 };
 pub use scratch::with_scratch;
 pub use typed::ArenaBox;

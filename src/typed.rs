@@ -14,7 +14,7 @@ use std::ops::{Deref, DerefMut};
 use std::ptr::{self, NonNull};
 
 use crate::arena::MemoryArena;
-use crate::error::{AllocError, alloc_failed};
+use crate::error::{AllocError, PoolError, alloc_failed};
 
 /// Fails the build when `$t` has drop glue: its destructor would never run.
 macro_rules! refuse_drop {
@@ -532,8 +532,8 @@ impl<'pool> MemoryArena<'pool> {
     fn slice_failed<T>(&self, count: usize, e: &AllocError) -> ! {
         // Growing helpers do not know the final count: report what the pool was asked for.
         let bytes = match e {
-            AllocError::Pool(crate::PoolError::Exhausted { requested, .. })
-            | AllocError::Pool(crate::PoolError::TooLarge { requested, .. })
+            AllocError::Pool(PoolError::Exhausted { requested, .. })
+            | AllocError::Pool(PoolError::TooLarge { requested, .. })
                 if count == 0 =>
             {
                 *requested

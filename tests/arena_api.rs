@@ -689,17 +689,7 @@ fn stale_checkpoints_panic() {
     // SAFETY: the call panics before touching anything.
     let msg = panic_message(|| unsafe { arena.rewind(before_reset) });
     assert!(msg.contains("'stale'"), "{msg}");
-    assert_eq!(arena.bytes_used(), used);
-
-    // A checkpoint ahead of the current position (invalidated by an earlier rewind).
-    let a = arena.checkpoint();
-    arena.alloc_slice(100, 0u8);
-    let ahead = arena.checkpoint();
-    // SAFETY: nothing after `a` is used again.
-    unsafe { arena.rewind(a) };
-    // SAFETY: the call panics before touching anything.
-    let msg = panic_message(|| unsafe { arena.rewind(ahead) });
-    assert!(msg.contains("'stale'"), "{msg}");
+    assert!(msg.contains("reset"), "{msg}");
     assert_eq!(arena.bytes_used(), used);
     // The arena is still fine.
     assert_eq!(arena.alloc_slice(3, 7u8), &[7, 7, 7]);
@@ -716,7 +706,10 @@ fn foreign_checkpoints_panic() {
     let used = mine.bytes_used();
     // SAFETY: the call panics before touching anything.
     let msg = panic_message(|| unsafe { mine.rewind(foreign) });
-    assert!(msg.contains("'mine'"), "{msg}");
+    assert!(
+        msg.contains("'mine'") && msg.contains("another arena"),
+        "{msg}"
+    );
     assert_eq!(mine.bytes_used(), used);
     assert_eq!(theirs.bytes_used(), 4);
 }

@@ -268,8 +268,11 @@ fn thread_arena_is_made_on_first_use_and_reset() {
         let p = thread_arena_alloc(Layout::new::<[u64; 4]>()).unwrap();
         assert_eq!(p.as_ptr() as usize % 8, 0);
         assert_eq!(blocks_in_use(), before + 1);
-        let (used, high, cap) = thread_arena_stats().unwrap();
-        assert_eq!((used, high, cap), (32, 32, THREAD_CAPACITY));
+        let s = thread_arena_stats().unwrap();
+        assert_eq!(
+            (s.bytes_used, s.high_watermark, s.capacity),
+            (32, 32, THREAD_CAPACITY)
+        );
         let q = thread_arena_alloc(Layout::from_size_align(64, 64).unwrap()).unwrap();
         assert_eq!(q.as_ptr() as usize % 64, 0);
         // SAFETY: 64 fresh bytes.
@@ -277,7 +280,7 @@ fn thread_arena_is_made_on_first_use_and_reset() {
         // The whole capacity, then nothing more.
         // SAFETY: nothing allocated is used again.
         unsafe { thread_arena_reset() };
-        assert_eq!(thread_arena_stats().unwrap().0, 0);
+        assert_eq!(thread_arena_stats().unwrap().bytes_used, 0);
         let again = thread_arena_alloc(Layout::new::<[u64; 4]>()).unwrap();
         assert_eq!(again, p, "after reset the first address is reused");
         // SAFETY: as above.
@@ -285,8 +288,11 @@ fn thread_arena_is_made_on_first_use_and_reset() {
         assert!(thread_arena_alloc(Layout::from_size_align(THREAD_CAPACITY, 1).unwrap()).is_some());
         assert!(thread_arena_alloc(Layout::from_size_align(1, 1).unwrap()).is_none());
         assert_eq!(blocks_in_use(), before + 1, "still one arena");
-        let (used, high, _) = thread_arena_stats().unwrap();
-        assert_eq!((used, high), (THREAD_CAPACITY, THREAD_CAPACITY));
+        let s = thread_arena_stats().unwrap();
+        assert_eq!(
+            (s.bytes_used, s.high_watermark),
+            (THREAD_CAPACITY, THREAD_CAPACITY)
+        );
     })
     .join()
     .unwrap();

@@ -1,0 +1,469 @@
+//! The chain: the blocks an arena holds, and the only code that takes or gives them back.
+//!
+//! The blocks form a singly linked list through their headers' `next`:
+//! `first → … → current → spare → …`. Blocks before `current` are full (their header's
+//! `used` says how far they were filled); the cursor is in `current`; blocks after it are
+//! empty spares a rewind left behind, reused before any new block is taken. With no block,
+//! `current` is null and the cursor sits at the sentinel.
+//!
+//! Blocks come from the arena's pool ([`Chain::take`]) or, with `heap_fallback`, from the
+//! system heap when the pool is exhausted; they go back one at a time through
+//! [`Chain::release`], the single place where a block leaves an arena (where a profiler
+//! hook belongs), called by the one walk that releases a list ([`Chain::release_list`]).
+
+use std::ptr::{self, NonNull};
+
+use super::config::ArenaConfig;
+use super::cursor::{Cursor, SENTINEL, WINDOW_SLACK, block_window};
+use super::policy::{Decision, round_block};
+use crate::block::{MemoryBlock, Word};
+use crate::error::AllocError;
+use crate::poison;
+use crate::pool::MemoryPool;
+
+/// The blocks of one arena. The pool they come from is passed in by the arena (a
+/// `Chain` holds no lifetime, so the arena stays covariant in its pool's lifetime even
+/// though the chain sits in a mutex).
+pub(crate) struct Chain {
+    first: *mut MemoryBlock,
+    current: *mut MemoryBlock,
+    block_count: usize,
+    /// Bytes of the blocks held (whole blocks, headers included).
+    bytes_held: usize,
+    /// Blocks taken from the system heap (`heap_fallback`), never kept by reset.
+    heap_blocks: usize,
+}
+
+// SAFETY: the chain exclusively owns its blocks (raw pointers into its pool, which is
+// `Sync`, or heap memory); moving the chain moves that ownership.
+unsafe impl Send for Chain {}
+
+/// A block of the chain, never null.
+#[inline(always)]
+fn nn(b: *mut MemoryBlock) -> NonNull<MemoryBlock> {
+    debug_assert!(!b.is_null());
+    // SAFETY: callers pass blocks of the chain, which are never null.
+    unsafe { NonNull::new_unchecked(b) }
+}
+
+/// The first usable byte of a block.
+#[inline]
+fn data(b: *mut MemoryBlock) -> *mut u8 {
+    MemoryBlock::data_of(nn(b)).as_ptr()
+}
+
+/// The cursor window of a block we own.
+fn window(b: *mut MemoryBlock) -> (*mut u8, *mut u8) {
+    // SAFETY: `b` is a live block of the chain.
+    block_window(data(b), unsafe { (*b).capacity() })
+}
+
+/// The length of a block's window: what it can hand out.
+fn window_len(b: *mut MemoryBlock) -> usize {
+    let (start, end) = window(b);
+    end.addr() - start.addr()
+}
+
+impl Chain {
+    /// A chain with no block.
+    pub(crate) const fn new() -> Chain {
+        Chain {
+            first: ptr::null_mut(),
+            current: ptr::null_mut(),
+            block_count: 0,
+            bytes_held: 0,
+            heap_blocks: 0,
+        }
+    }
+
+    /// Blocks held, spares included.
+    pub(crate) fn block_count(&self) -> usize {
+        self.block_count
+    }
+
+    /// Bytes of the blocks held.
+    pub(crate) fn bytes_held(&self) -> usize {
+        self.bytes_held
+    }
+
+    /// Exactly one block, from the pool: the steady state `reset` handles from the cursor
+    /// alone.
+    pub(crate) fn is_single_pool_block(&self) -> bool {
+        self.block_count == 1 && self.heap_blocks == 0
+    }
+
+    /// The block after the current one (or the first, with no current block).
+    fn next_spare(&self) -> *mut MemoryBlock {
+        if self.current.is_null() {
+            self.first
+        } else {
+            // SAFETY: `current` is a block we own.
+            unsafe { (*self.current).next }
+        }
+    }
+
+    /// Makes room for a request whose window needs `needed` bytes: enters the next spare if
+    /// its window is large enough, or a new block linked after the current one.
+    ///
+    /// # Errors
+    /// The pool's refusal (after the heap, with `heap_fallback`).
+    pub(crate) fn grow(
+        &mut self,
+        pool: &MemoryPool,
+        cursor: &Cursor,
+        needed: usize,
+        config: &ArenaConfig,
+    ) -> Result<(), AllocError> {
+        let spare = self.next_spare();
+        if !spare.is_null() && window_len(spare) >= needed {
+            self.enter(cursor, spare);
+            return Ok(());
+        }
+        let block = self.take(pool, needed, config)?;
+        // SAFETY: `block` is fresh and ours; `current` is ours. Link it after `current`,
+        // before the spares.
+        unsafe {
+            (*block).next = spare;
+            if self.current.is_null() {
+                self.first = block;
+            } else {
+                (*self.current).next = block;
+            }
+        }
+        self.enter(cursor, block);
+        Ok(())
+    }
+
+    /// Moves the cursor into `block`, the successor of the current block (or the first):
+    /// records how far the current block was filled and starts `block`'s window there.
+    fn enter(&mut self, cursor: &Cursor, block: *mut MemoryBlock) {
+        let mut base = 0;
+        if !self.current.is_null() {
+            let used = cursor.used_here();
+            // SAFETY: `current` is ours; we record how far it was filled.
+            unsafe { (*self.current).word = Word { used } };
+            base = cursor.base() + used;
+        }
+        self.current = block;
+        let (start, end) = window(block);
+        cursor.enter(start, end, base);
+        // SAFETY: `block` is ours and nothing of its window is in use.
+        unsafe { poison::hide(start, end.addr() - start.addr()) };
+    }
+
+    /// A new block whose window holds at least `needed` bytes, sized by the growth rule: at
+    /// least the bytes held so far (so a frame lives in a few blocks), between
+    /// `first_block` and `max_block`; a request beyond `max_block` gets a block of its own
+    /// size. Each is asked for `WINDOW_SLACK` more, so its window holds the nominal size.
+    fn take(
+        &mut self,
+        pool: &MemoryPool,
+        needed: usize,
+        config: &ArenaConfig,
+    ) -> Result<*mut MemoryBlock, AllocError> {
+        let normal = self.bytes_held.clamp(
+            config.first_block.max(1),
+            config.max_block.max(config.first_block),
+        );
+        let size = round_block(normal.max(needed)).saturating_add(WINDOW_SLACK);
+        let needed = needed.saturating_add(WINDOW_SLACK);
+        // Ask for the grown size without reporting a refusal: the pool may still hold a
+        // block that fits the request alone, and only that request's refusal is a real
+        // exhaustion (counted and reported by the pool).
+        let block = if size > needed {
+            pool.allocate_block_quietly(size)
+                .or_else(|_| pool.allocate_block(needed))
+        } else {
+            pool.allocate_block(needed)
+        };
+        let block = match block {
+            Ok(b) => b,
+            Err(e) if config.heap_fallback => self.take_from_heap(pool.name(), needed, e)?,
+            Err(e) => return Err(AllocError::Pool(e)),
+        };
+        // SAFETY: a fresh block we own.
+        unsafe {
+            let b = block.as_ptr();
+            (*b).next = ptr::null_mut();
+            (*b).word = Word { used: 0 };
+            self.bytes_held += (*b).size;
+        }
+        self.block_count += 1;
+        Ok(block.as_ptr())
+    }
+
+    /// `heap_fallback`: the pool refused with `cause`; take the block from the system heap.
+    #[cold]
+    fn take_from_heap(
+        &mut self,
+        pool: &'static str,
+        needed: usize,
+        cause: crate::error::PoolError,
+    ) -> Result<NonNull<MemoryBlock>, AllocError> {
+        tracing::warn!(
+            pool,
+            bytes = needed,
+            "pool '{pool}' exhausted ({cause}); arena falls back to the system heap for \
+             {needed} bytes"
+        );
+        let block = MemoryBlock::heap(needed).ok_or(AllocError::Pool(cause))?;
+        self.heap_blocks += 1;
+        Ok(block)
+    }
+
+    /// Gives one block back to where it came from (its pool, or the heap). The one place
+    /// a block leaves an arena.
+    ///
+    /// # Safety
+    /// `block` is ours, unlinked (or about to be forgotten with its list), and nothing in
+    /// it is used any more.
+    unsafe fn release(&mut self, pool: &MemoryPool, block: *mut MemoryBlock) {
+        // SAFETY: the caller hands over a dead block we own.
+        unsafe {
+            self.bytes_held -= (*block).size;
+            self.block_count -= 1;
+            if (*block).is_heap() {
+                self.heap_blocks -= 1;
+                MemoryBlock::free_heap(nn(block));
+            } else {
+                pool.free_block(nn(block));
+            }
+        }
+    }
+
+    /// Releases `head` and every block linked after it.
+    ///
+    /// # Safety
+    /// The list is ours, no longer reachable from the chain, and nothing in it is used.
+    unsafe fn release_list(&mut self, pool: &MemoryPool, head: *mut MemoryBlock) {
+        let mut b = head;
+        while !b.is_null() {
+            // SAFETY: read the link before the block goes back.
+            unsafe {
+                let next = (*b).next;
+                self.release(pool, b);
+                b = next;
+            }
+        }
+    }
+
+    /// Gives the spares (the blocks after the current one) back to the pool.
+    pub(crate) fn trim_spares(&mut self, pool: &MemoryPool) {
+        let spares = if self.current.is_null() {
+            std::mem::replace(&mut self.first, ptr::null_mut())
+        } else {
+            // SAFETY: `current` is ours.
+            unsafe { std::mem::replace(&mut (*self.current).next, ptr::null_mut()) }
+        };
+        // SAFETY: unlinked above; spares hold nothing.
+        unsafe { self.release_list(pool, spares) };
+    }
+
+    /// Gives every block back (the arena is being dropped).
+    pub(crate) fn release_all(&mut self, pool: &MemoryPool, cursor: &Cursor) {
+        let all = std::mem::replace(&mut self.first, ptr::null_mut());
+        self.current = ptr::null_mut();
+        cursor.leave();
+        // SAFETY: unlinked above; the arena's owner proved nothing is borrowed.
+        unsafe { self.release_list(pool, all) };
+    }
+
+    /// How far block `b` is filled: the cursor for the current block, the header for
+    /// blocks before it.
+    ///
+    /// # Safety
+    /// `b` is a block of the chain at or before `current`.
+    unsafe fn fill_end(&self, b: *mut MemoryBlock, cursor: &Cursor) -> *mut u8 {
+        if b == self.current {
+            cursor.ptr()
+        } else {
+            // SAFETY: per the contract `b` is ours and full.
+            unsafe { data(b).add((*b).word.used) }
+        }
+    }
+
+    /// Frees everything allocated after the position `(start, ptr)`: `start` is the window
+    /// start of the block the position was in (the sentinel for "before any block").
+    ///
+    /// If that block is no longer at or before the current one (it is a spare now, or was
+    /// trimmed), or the position lies above how far its block is filled now, the memory
+    /// after it was already given back (by an earlier rewind or a pop) and the position
+    /// stays where it is: rewinding never moves forward.
+    ///
+    /// # Safety
+    /// The position was taken from this arena in its current generation, and nothing
+    /// allocated after it is used any more.
+    pub(crate) unsafe fn rewind(&mut self, cursor: &Cursor, start: *mut u8, ptr: *mut u8) {
+        if self.current.is_null() {
+            return; // no block: nothing was allocated since any position
+        }
+        let (start, ptr) = if start.addr() == SENTINEL {
+            (data(self.first), data(self.first))
+        } else {
+            (start, ptr)
+        };
+        // Find the position's block at or before `current`, summing the fill before it.
+        let mut base = 0;
+        let mut keep = self.first;
+        while data(keep) != start {
+            if keep == self.current {
+                return; // the position's block is past the current one: nothing to free
+            }
+            // SAFETY: blocks before `current` are ours and full.
+            unsafe {
+                base += (*keep).word.used;
+                keep = (*keep).next;
+            }
+        }
+        // The pointer is rebuilt from the block itself: a block trimmed and taken again at
+        // the same address is a new allocation, which the old pointer may not stand for.
+        // SAFETY: `keep` is at or before `current`.
+        let fill = unsafe { self.fill_end(keep, cursor) };
+        let to = fill.with_addr(ptr.addr().min(fill.addr()));
+        // Give back [to, fill of `keep`) and the whole fill of every block after it up to
+        // `current`; those blocks become spares.
+        let mut b = keep;
+        let mut from = to;
+        loop {
+            // SAFETY: a block at or before `current`; the bytes from `from` to its fill
+            // were allocated after the position and are dead by contract.
+            unsafe {
+                let fill = self.fill_end(b, cursor);
+                poison::give_back(from, fill.addr() - from.addr());
+                (*b).word = Word { used: 0 };
+            }
+            if b == self.current {
+                break;
+            }
+            // SAFETY: not the current block, so it has a successor.
+            b = unsafe { (*b).next };
+            from = data(b);
+        }
+        self.current = keep;
+        let (win_start, win_end) = window(keep);
+        cursor.enter(win_start, win_end, base);
+        cursor.set_ptr(to);
+    }
+
+    /// After a `realloc` moved the top allocation of the block whose window starts at
+    /// `old_start` (the block before the current one now) into the current block: the
+    /// `bytes` at the end of that block's fill stop counting as used.
+    ///
+    /// # Safety
+    /// `old_start` is the window start of the block just before `current`, whose recorded
+    /// fill ends with `bytes` dead bytes.
+    pub(crate) unsafe fn forget_tail(&mut self, cursor: &Cursor, old_start: *mut u8, bytes: usize) {
+        // SAFETY: a window starts right after its block's header, inside the same
+        // allocation; the block is ours and its fill ends at the dead allocation.
+        unsafe {
+            let b = old_start.sub(crate::block::HEADER).cast::<MemoryBlock>();
+            debug_assert_eq!((*b).next, self.current);
+            (*b).word.used -= bytes;
+            cursor.lower_base(bytes);
+            poison::give_back(data(b).add((*b).word.used), bytes);
+        }
+    }
+
+    /// The largest pool block held (null if none) and its window length: what `reset`
+    /// would keep.
+    pub(crate) fn largest_pool_block(&self) -> (*mut MemoryBlock, usize) {
+        let mut best: (*mut MemoryBlock, usize) = (ptr::null_mut(), 0);
+        let mut b = self.first;
+        while !b.is_null() {
+            // SAFETY: a block of the chain.
+            unsafe {
+                if !(*b).is_heap() && (best.0.is_null() || window_len(b) > best.1) {
+                    best = (b, window_len(b));
+                }
+                b = (*b).next;
+            }
+        }
+        best
+    }
+
+    /// Frees everything and carries out the reset policy's decision: poisons what was
+    /// handed out, keeps the largest pool block (`Keep`) or one new block of the given
+    /// size (`Replace`), gives every other block back, and puts the cursor at the start
+    /// of the kept block. Returns whether a replacement was made.
+    ///
+    /// Everything else goes back *before* a replacement is asked for, so a tight pool has
+    /// room for it. If the pool still refuses, the largest block is given back too and
+    /// asked for again at the new size, then at its old size; if even that fails (another
+    /// thread took the space) the arena holds no block and takes one on its next
+    /// allocation.
+    ///
+    /// The caller proved (`&mut` on the arena) that nothing handed out is alive.
+    pub(crate) fn reset(&mut self, pool: &MemoryPool, cursor: &Cursor, decision: Decision) -> bool {
+        // Poison what was handed out, block by block; spares hold nothing.
+        let mut b = self.first;
+        let mut past_current = self.current.is_null();
+        while !b.is_null() && !past_current {
+            // SAFETY: blocks up to `current` are ours and dead.
+            unsafe {
+                let fill = self.fill_end(b, cursor);
+                poison::give_back(data(b), fill.addr() - data(b).addr());
+                past_current = b == self.current;
+                b = (*b).next;
+            }
+        }
+        let (largest, _) = self.largest_pool_block();
+        // Unlink the largest and give back everything else.
+        let rest = if largest.is_null() {
+            std::mem::replace(&mut self.first, ptr::null_mut())
+        } else {
+            // SAFETY: `largest` is in our list; unlink it from its predecessor.
+            unsafe {
+                let mut prev: *mut *mut MemoryBlock = &mut self.first;
+                while *prev != largest {
+                    prev = &mut (**prev).next;
+                }
+                *prev = (*largest).next;
+                (*largest).next = ptr::null_mut();
+                std::mem::replace(&mut self.first, ptr::null_mut())
+            }
+        };
+        self.current = ptr::null_mut();
+        cursor.leave();
+        // SAFETY: unlinked; everything in it is dead.
+        unsafe { self.release_list(pool, rest) };
+
+        let mut keep = largest;
+        let mut replaced = false;
+        if let Decision::Replace(size) = decision {
+            let size = size.saturating_add(WINDOW_SLACK);
+            let mut fresh = pool.allocate_block_quietly(size);
+            if fresh.is_err() && !keep.is_null() {
+                // Tight pool: the replacement may only fit once the largest is back too.
+                // If it still does not, take a block like the old one again (the range
+                // just merged back), or hold none.
+                // SAFETY: `keep` is ours, unlinked and dead.
+                let old_capacity = unsafe { (*keep).capacity() };
+                // SAFETY: as above.
+                unsafe { self.release(pool, keep) };
+                keep = ptr::null_mut();
+                fresh = pool
+                    .allocate_block_quietly(size)
+                    .or_else(|_| pool.allocate_block_quietly(old_capacity));
+            }
+            if let Ok(block) = fresh {
+                if !keep.is_null() {
+                    // SAFETY: as above.
+                    unsafe { self.release(pool, keep) };
+                }
+                keep = block.as_ptr();
+                // SAFETY: a fresh block we now own.
+                unsafe {
+                    (*keep).next = ptr::null_mut();
+                    self.bytes_held += (*keep).size;
+                }
+                self.block_count += 1;
+                replaced = true;
+            }
+        }
+        if !keep.is_null() {
+            self.first = keep;
+            self.enter(cursor, keep);
+        }
+        replaced
+    }
+}

@@ -1,0 +1,83 @@
+//! How an arena sizes its blocks and when it gives memory back.
+
+/// How an arena sizes its blocks and when it gives memory back.
+///
+/// ```
+/// use nebula_memory::{ArenaConfig, MemoryArena, MemoryPool};
+///
+/// let pool = MemoryPool::new("doc", 8 << 20).unwrap();
+/// let config = ArenaConfig::default().first_block(16 * 1024);
+/// let arena = MemoryArena::with_config(&pool, config);
+/// arena.alloc_val(1u32);
+/// assert!(arena.bytes_held() >= 16 * 1024);
+/// ```
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArenaConfig {
+    /// Usable bytes of the first block (default 64 KiB).
+    pub first_block: usize,
+    /// Largest block that normal growth asks for (default 16 MiB). Each new block is at
+    /// least the sum of the blocks held so far, up to this cap; a single request larger
+    /// than the cap gets a block of its own sized to fit.
+    pub max_block: usize,
+    /// After this many consecutive resets in which the kept block was more than twice as
+    /// large as needed, `reset` replaces it with one sized to those frames (default 120,
+    /// about two seconds at 60 fps). `0` never shrinks.
+    pub trim_after_resets: u32,
+    /// When the pool is exhausted, take the block from the system heap instead of failing
+    /// (a WARN event reports it; the block is freed by the next reset). Default `false`.
+    pub heap_fallback: bool,
+}
+
+impl ArenaConfig {
+    /// Sets [`first_block`](ArenaConfig#structfield.first_block). O(1).
+    ///
+    /// ```
+    /// assert_eq!(nebula_memory::ArenaConfig::default().first_block(4096).first_block, 4096);
+    /// ```
+    pub fn first_block(mut self, bytes: usize) -> Self {
+        self.first_block = bytes;
+        self
+    }
+
+    /// Sets [`max_block`](ArenaConfig#structfield.max_block). O(1).
+    ///
+    /// ```
+    /// assert_eq!(nebula_memory::ArenaConfig::default().max_block(1 << 20).max_block, 1 << 20);
+    /// ```
+    pub fn max_block(mut self, bytes: usize) -> Self {
+        self.max_block = bytes;
+        self
+    }
+
+    /// Sets [`trim_after_resets`](ArenaConfig#structfield.trim_after_resets). O(1).
+    ///
+    /// ```
+    /// assert_eq!(nebula_memory::ArenaConfig::default().trim_after_resets(0).trim_after_resets, 0);
+    /// ```
+    pub fn trim_after_resets(mut self, resets: u32) -> Self {
+        self.trim_after_resets = resets;
+        self
+    }
+
+    /// Sets [`heap_fallback`](ArenaConfig#structfield.heap_fallback). O(1).
+    ///
+    /// ```
+    /// assert!(nebula_memory::ArenaConfig::default().heap_fallback(true).heap_fallback);
+    /// ```
+    pub fn heap_fallback(mut self, on: bool) -> Self {
+        self.heap_fallback = on;
+        self
+    }
+}
+
+impl Default for ArenaConfig {
+    fn default() -> Self {
+        ArenaConfig {
+            first_block: 64 * 1024,
+            max_block: 16 << 20,
+            trim_after_resets: 120,
+            heap_fallback: false,
+        }
+    }
+}

@@ -1,0 +1,637 @@
+//! `MemoryArena`: a paged bump allocator over blocks of one pool.
+//!
+//! An arena is two things ([`cursor`] and [`chain`]):
+//! - a **cursor**, the bump position in the current block. Allocation is
+//!   [`Cursor::bump`](cursor::Cursor::bump): align, compare, add. Everything else (new
+//!   blocks, statistics, tags, tracing) is on the cold path, and the high watermark is
+//!   brought up to date only where `bytes_used` is about to fall (pop, shrink, rewind,
+//!   reset), never on the hot path;
+//! - a **chain**, the blocks it holds and the only code that takes blocks from the pool or
+//!   gives them back.
+//!
+//! The cursor bumps **upwards**, so the newest allocation (the *top*) ends at the bump
+//! pointer: it can be popped ([`MemoryArena::pop`]) or grown and shrunk in place
+//! ([`MemoryArena::realloc`]), which is what makes a growing vector cheap.
+//!
+//! [`reset`](MemoryArena::reset) asks the [`policy`] which block to keep, once per reset.
+//!
+//! Every field a shared reference can reach is an atomic or behind a lock, and the arena
+//! is `!Sync` only because bumping is a load and a store, not an atomic read-modify-write.
+//! That lets [`SharedArena`](crate::SharedArena) be one `MemoryArena` per thread whose
+//! statistics any thread may read.
+
+mod chain;
+mod config;
+pub(crate) mod cursor;
+mod policy;
+mod position;
+mod stats;
+
+use std::alloc::Layout;
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+
+use parking_lot::Mutex;
+
+use crate::error::{AllocError, alloc_failed};
+use crate::poison;
+use crate::pool::MemoryPool;
+
+use chain::Chain;
+use cursor::Cursor;
+use policy::{Decision, Quiet};
+
+pub use config::ArenaConfig;
+pub use position::{ArenaScope, Checkpoint};
+pub use stats::ArenaStats;
+
+/// Bytes skipped before a moving grow (one cache line; see `MemoryArena::colour`).
+const COLOUR: usize = 64;
+/// Moving grows at least this large are coloured.
+const COLOUR_MIN: usize = 2048;
+
+/// A paged, growable bump arena: a linked list of blocks from one [`MemoryPool`].
+///
+/// Allocation bumps a pointer inside the current block (a handful of instructions); when
+/// the block is full the arena takes another from its pool. Memory comes back all at once
+/// with [`reset`](MemoryArena::reset) (which keeps one block, sized for the next frame),
+/// back to a [`Checkpoint`], at the end of a [`scope`](MemoryArena::scope), or for the
+/// newest allocation alone with [`pop`](MemoryArena::pop).
+///
+/// `MemoryArena` is `Send` but not `Sync`: one thread allocates from it at a time (see
+/// [`SharedArena`](crate::SharedArena) for many).
+///
+/// # Naming
+/// The methods read like [`FrameArena`](crate::FrameArena)'s: `alloc(layout)`,
+/// `alloc_val(value)`, `alloc_slice(count, value)`. A `MemoryArena` grows instead of
+/// running out, so these panic (naming the pool and the size) when the pool is exhausted;
+/// each has a `try_` form returning [`AllocError`]. The helpers known from bumpalo follow
+/// the same pattern: `alloc_with`, `alloc_slice_copy`, `alloc_slice_clone`,
+/// `alloc_slice_fill_with`, `alloc_slice_from_iter`, `alloc_str`, `alloc_fmt`.
+///
+/// # Drop policy
+/// An arena never runs destructors on its own. Types with drop glue are therefore refused
+/// **at compile time** by every `alloc_*` method that returns a plain reference (the build
+/// fails with a message pointing to `alloc_boxed`); [`alloc_boxed`](MemoryArena::alloc_boxed)
+/// returns an [`ArenaBox`](crate::ArenaBox) that runs the destructor when it goes out of
+/// scope.
+///
+/// ```
+/// use nebula_memory::{MemoryArena, MemoryPool};
+///
+/// let pool = MemoryPool::new("doc", 4 << 20).unwrap();
+/// let mut arena = MemoryArena::new(&pool);
+/// let pos = arena.alloc_val([1.0f32, 2.0, 3.0]);
+/// let ids = arena.alloc_slice_copy(&[7u32, 8, 9]);
+/// let name = arena.alloc_fmt(format_args!("entity-{}", ids[0]));
+/// assert_eq!((pos[2], &*name), (3.0, "entity-7"));
+/// arena.reset();
+/// assert_eq!(arena.bytes_used(), 0);
+/// ```
+pub struct MemoryArena<'pool> {
+    /// The bump position; all the fast path reads.
+    cursor: Cursor,
+    /// The blocks. Locked only on the slow path, by positions and by statistics; `reset`
+    /// and `Drop` reach it through `&mut` without locking.
+    chain: Mutex<Chain>,
+    /// Largest `bytes_used` since the last reset (brought up to date where it falls).
+    frame_peak: AtomicUsize,
+    /// Largest `bytes_used` ever (likewise).
+    high_watermark: AtomicUsize,
+    tags: Mutex<Vec<(&'static str, usize)>>,
+    /// The reset policy's count of frames in which the kept block was much too large.
+    quiet: Quiet,
+    /// Resets so far; checkpoints carry it. Written only through `&mut self`.
+    generation: u64,
+    config: ArenaConfig,
+    /// Unique per arena (process-wide counter): checkpoints carry it, so one from another
+    /// arena is refused even if it names a block address this arena now uses.
+    id: u64,
+    pool: &'pool MemoryPool,
+    /// Bumping is not atomic: one thread at a time.
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl<'pool> MemoryArena<'pool> {
+    /// An empty arena over `pool`. Takes no memory until the first allocation. O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// assert_eq!(arena.block_count(), 0);
+    /// ```
+    pub fn new(pool: &'pool MemoryPool) -> Self {
+        Self::with_config(pool, ArenaConfig::default())
+    }
+
+    /// An empty arena with explicit sizing and trimming rules. O(1).
+    ///
+    /// ```
+    /// use nebula_memory::{ArenaConfig, MemoryArena};
+    /// let config = ArenaConfig::default().heap_fallback(true);
+    /// let arena = MemoryArena::with_config(nebula_memory::scratch_pool(), config);
+    /// assert_eq!(arena.config().heap_fallback, true);
+    /// ```
+    pub fn with_config(pool: &'pool MemoryPool, config: ArenaConfig) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        MemoryArena {
+            cursor: Cursor::empty(),
+            chain: Mutex::new(Chain::new()),
+            frame_peak: AtomicUsize::new(0),
+            high_watermark: AtomicUsize::new(0),
+            tags: Mutex::new(Vec::new()),
+            quiet: Quiet::default(),
+            generation: 0,
+            config,
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            pool,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// The pool this arena takes its blocks from. O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::game_pool());
+    /// assert_eq!(arena.pool().name(), "game");
+    /// ```
+    pub fn pool(&self) -> &'pool MemoryPool {
+        self.pool
+    }
+
+    /// The rules this arena was created with. O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// assert_eq!(arena.config().first_block, 64 * 1024);
+    /// ```
+    pub fn config(&self) -> &ArenaConfig {
+        &self.config
+    }
+
+    // ---------------------------------------------------------------- allocation
+
+    /// Allocates memory for `layout`, growing the arena if needed. O(1); amortised O(1) when
+    /// a new block is needed.
+    ///
+    /// The memory is uninitialised (0xCD in debug builds) and valid until the arena is
+    /// reset, rewound past it, or dropped.
+    ///
+    /// # Errors
+    /// [`AllocError::Pool`] when the pool cannot supply a block (and heap fallback is off);
+    /// [`AllocError::Layout`] when the request plus its padding overflows.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// let p = arena.try_alloc(Layout::from_size_align(256, 64).unwrap()).unwrap();
+    /// assert_eq!(p.as_ptr() as usize % 64, 0);
+    /// ```
+    #[inline(always)]
+    pub fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
+        match self.cursor.bump(layout) {
+            Some(p) => {
+                // SAFETY: the bytes were just carved out for the caller.
+                unsafe { poison::hand_out(p.as_ptr(), layout.size()) };
+                Ok(p)
+            }
+            None => self.alloc_slow(layout),
+        }
+    }
+
+    /// Like [`try_alloc`](MemoryArena::try_alloc), panicking on failure with a message that
+    /// names the pool and the size. O(1) amortised.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// let p = arena.alloc(Layout::new::<[u64; 4]>());
+    /// assert_eq!(p.as_ptr() as usize % 8, 0);
+    /// ```
+    #[inline(always)]
+    #[track_caller]
+    pub fn alloc(&self, layout: Layout) -> NonNull<u8> {
+        match self.cursor.bump(layout) {
+            Some(p) => {
+                // SAFETY: the bytes were just carved out for the caller.
+                unsafe { poison::hand_out(p.as_ptr(), layout.size()) };
+                p
+            }
+            None => self.alloc_slow_or_panic(layout),
+        }
+    }
+
+    /// `alloc`'s slow path; panics itself so that `alloc` carries no error value (and no
+    /// stack frame) on its fast path.
+    #[cold]
+    #[inline(never)]
+    #[track_caller]
+    fn alloc_slow_or_panic(&self, layout: Layout) -> NonNull<u8> {
+        match self.alloc_slow(layout) {
+            Ok(p) => p,
+            Err(e) => alloc_failed(self.pool.name(), layout, &e),
+        }
+    }
+
+    /// The slow path: the current block is full. Moves to a spare block or takes a new one.
+    #[cold]
+    #[inline(never)]
+    fn alloc_slow(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
+        if layout.size() == 0 {
+            // Any aligned, non-null address serves a zero-sized request.
+            return Ok(NonNull::new(ptr::without_provenance_mut(layout.align()))
+                .unwrap_or(NonNull::dangling()));
+        }
+        let needed =
+            cursor::window_need(layout).ok_or_else(|| AllocError::layout(self.pool.name()))?;
+        self.chain
+            .lock()
+            .grow(self.pool, &self.cursor, needed, &self.config)?;
+        let p = self
+            .cursor
+            .bump(layout)
+            .expect("a block sized for the request has room for it");
+        // SAFETY: freshly carved out for the caller.
+        unsafe { poison::hand_out(p.as_ptr(), layout.size()) };
+        Ok(p)
+    }
+
+    // ---------------------------------------------------------------- top: pop / realloc
+
+    /// Whether `[ptr, ptr + size)` is the newest allocation in the current block.
+    #[inline]
+    pub(crate) fn is_top(&self, ptr: *const u8, size: usize) -> bool {
+        self.cursor.is_top(ptr, size)
+    }
+
+    /// Gives back the newest allocation (LIFO), so its bytes are reused by the next one.
+    /// Returns `true` if `ptr` was the top of the current block; any other pointer
+    /// (older, foreign, already popped) is a no-op that returns `false`. O(1).
+    ///
+    /// # Safety
+    /// If `ptr` is the top allocation (made with `layout`'s size), it is not used
+    /// afterwards: the next allocation will reuse its bytes.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// let layout = Layout::new::<[u8; 100]>();
+    /// let old = arena.alloc(layout);
+    /// let top = arena.alloc(layout);
+    /// // SAFETY: neither allocation is used again.
+    /// unsafe {
+    ///     assert!(!arena.pop(old, layout)); // not the top: nothing happens
+    ///     assert!(arena.pop(top, layout));
+    /// }
+    /// assert_eq!(arena.alloc(layout), top);
+    /// ```
+    pub unsafe fn pop(&self, ptr: NonNull<u8>, layout: Layout) -> bool {
+        let ptr = ptr.as_ptr();
+        if !self.is_top(ptr, layout.size()) {
+            return false;
+        }
+        self.note_peak();
+        // SAFETY: the caller gives the top allocation up; it lies in the current block.
+        unsafe { poison::give_back(ptr, layout.size()) };
+        // The top lies in the window, so its address is a valid position there; rebuilt
+        // from the cursor's own pointer to keep the window's provenance.
+        self.cursor.set_ptr(self.cursor.ptr().with_addr(ptr.addr()));
+        true
+    }
+
+    /// Resizes an allocation, keeping its first `min(old, new)` bytes and its alignment.
+    ///
+    /// In place (same pointer) when `ptr` is the top allocation and the block has room, and
+    /// for any shrink. Otherwise allocates anew and copies; if the old bytes were the top,
+    /// they stop counting in `bytes_used` (the block they are in is reused after the next
+    /// rewind or reset). O(1) in place, O(size) when copying.
+    ///
+    /// # Safety
+    /// `ptr` was allocated by this arena with `old` and is still live; after a successful
+    /// call only the returned pointer is used.
+    ///
+    /// # Errors
+    /// As [`try_alloc`](MemoryArena::try_alloc); on error the old allocation is untouched.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// let old = Layout::from_size_align(64, 8).unwrap();
+    /// let p = arena.alloc(old);
+    /// // SAFETY: p is live with layout `old`; we only use the result afterwards.
+    /// let q = unsafe { arena.realloc(p, old, 4096) }.unwrap();
+    /// assert_eq!(p, q); // the top grew in place
+    /// ```
+    pub unsafe fn realloc(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, AllocError> {
+        let new = Layout::from_size_align(new_size, old.align())
+            .map_err(|_| AllocError::layout(self.pool.name()))?;
+        let p = ptr.as_ptr();
+        let was_top = self.is_top(p, old.size());
+        if was_top {
+            let avail = self.cursor.end().addr() - p.addr();
+            if new_size <= avail {
+                let top = self.cursor.ptr();
+                // SAFETY: `[p, p + new_size)` lies in the current window; the part past the
+                // old size was free, the part past the new size is given up.
+                unsafe {
+                    if new_size > old.size() {
+                        poison::hand_out(p.add(old.size()), new_size - old.size());
+                    } else {
+                        self.note_peak();
+                        poison::give_back(p.add(new_size), old.size() - new_size);
+                    }
+                }
+                self.cursor.set_ptr(top.with_addr(p.addr() + new_size));
+                return Ok(ptr);
+            }
+        } else if new_size <= old.size() {
+            return Ok(ptr);
+        }
+        if new_size >= COLOUR_MIN {
+            self.colour(new_size);
+        }
+        let old_start = self.cursor.start();
+        let q = self.try_alloc(new)?;
+        // SAFETY: `q` is a fresh allocation of `new_size` bytes, disjoint from the live
+        // `ptr`; we copy the bytes both hold. Then the old allocation is dead.
+        unsafe { ptr::copy_nonoverlapping(p, q.as_ptr(), old.size().min(new_size)) };
+        if was_top {
+            // The old top did not fit, so `q` is in the next block and the old block's
+            // recorded fill ends just past the old allocation: lower it, so the old bytes
+            // stop counting as used.
+            debug_assert_ne!(self.cursor.start(), old_start);
+            self.note_peak();
+            // SAFETY: the old block is now the one before the current one, and its fill
+            // ends with the dead old allocation.
+            unsafe {
+                self.chain
+                    .lock()
+                    .forget_tail(&self.cursor, old_start, old.size())
+            };
+        }
+        Ok(q)
+    }
+
+    /// Skips one cache line before a moving grow, when the block has room for it.
+    ///
+    /// Vectors grown in turn (W4) otherwise get equal power-of-two buffers laid end to end,
+    /// whose write streams all map to the same L1/L2 cache sets and evict each other: a 5x
+    /// slowdown measured here. Offsetting each buffer by a line breaks the aliasing, at a
+    /// cost of at most 64 bytes per moving grow of 2 KiB or more.
+    #[cold]
+    fn colour(&self, new_size: usize) {
+        if self.cursor.remaining() >= new_size.saturating_add(2 * COLOUR) {
+            let p = self.cursor.ptr();
+            self.cursor.set_ptr(p.wrapping_add(COLOUR));
+        }
+    }
+
+    // ---------------------------------------------------------------- reset
+
+    /// Frees everything at once and gives every block but one back to the pool.
+    /// O(1) in the steady state; O(blocks held) otherwise.
+    ///
+    /// The block kept is the one that best serves the next frame: the largest held, if it
+    /// fits everything this frame used (plus 1/8); otherwise a single new block of that
+    /// size (and at least 1.25 times the largest) replaces them all. So after a warm-up
+    /// frame, a steady workload does no pool operation at all, and its reset touches
+    /// nothing but the arena's own fields. If the kept block stays more than twice too
+    /// large for [`ArenaConfig::trim_after_resets`] resets in a row, it is swapped for one
+    /// sized to those frames, so one spike does not pin its memory for ever.
+    ///
+    /// Bumps the arena's generation: every [`Checkpoint`] taken before is invalid.
+    ///
+    /// ```
+    /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// for _ in 0..4 {
+    ///     arena.alloc_slice(300_000, 1u8); // spills over several blocks
+    /// }
+    /// assert!(arena.block_count() > 1);
+    /// arena.reset();
+    /// assert_eq!((arena.block_count(), arena.bytes_used()), (1, 0));
+    /// ```
+    pub fn reset(&mut self) {
+        let peak = self.frame_peak.swap(0, Relaxed).max(self.bytes_used());
+        self.high_watermark.fetch_max(peak, Relaxed);
+        self.generation += 1;
+        self.tags.get_mut().clear();
+        let chain = self.chain.get_mut();
+        let single = chain.is_single_pool_block();
+        let kept = if single {
+            self.cursor.window_len()
+        } else if chain.block_count() == 0 {
+            return;
+        } else {
+            chain.largest_pool_block().1
+        };
+        let (decision, quiet) = policy::decide(kept, peak, self.quiet, &self.config);
+        self.quiet = quiet;
+        if single && decision == Decision::Keep {
+            // The steady state: one block that still fits. Nothing but the cursor moves.
+            let start = self.cursor.start();
+            // SAFETY: everything handed out from the block is dead (`&mut self`).
+            unsafe { poison::give_back(start, self.cursor.used_here()) };
+            self.cursor.set_ptr(start);
+            return;
+        }
+        if chain.reset(self.pool, &self.cursor, decision) {
+            self.quiet = Quiet::default();
+        }
+    }
+
+    /// Gives the cached spare blocks (those after the current one) back to the pool.
+    /// O(spares).
+    ///
+    /// ```
+    /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_val(1u8);
+    /// arena.scope(|a| { a.alloc_slice(200_000, 0u8); }); // needs a second block
+    /// assert_eq!(arena.block_count(), 2);
+    /// arena.trim_spares();
+    /// assert_eq!(arena.block_count(), 1);
+    /// ```
+    pub fn trim_spares(&mut self) {
+        self.chain.get_mut().trim_spares(self.pool);
+    }
+
+    // ---------------------------------------------------------------- statistics
+
+    /// Brings the watermarks up to date before `bytes_used` falls.
+    #[inline]
+    fn note_peak(&self) {
+        let used = self.bytes_used();
+        if used > self.frame_peak.load(Relaxed) {
+            self.frame_peak.store(used, Relaxed);
+            if used > self.high_watermark.load(Relaxed) {
+                self.high_watermark.store(used, Relaxed);
+            }
+        }
+    }
+
+    /// Bytes handed out since the last reset, alignment padding included (the unused tail
+    /// of a block the arena moved on from is not counted). O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_val(0u8);
+    /// arena.alloc_val(0u32); // 3 bytes of padding first
+    /// assert_eq!(arena.bytes_used(), 8);
+    /// ```
+    pub fn bytes_used(&self) -> usize {
+        self.cursor.position()
+    }
+
+    /// The largest `bytes_used` ever, across resets. O(1).
+    ///
+    /// ```
+    /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_slice(1000, 0u8);
+    /// arena.reset();
+    /// assert_eq!(arena.high_watermark(), 1000);
+    /// ```
+    pub fn high_watermark(&self) -> usize {
+        self.high_watermark.load(Relaxed).max(self.bytes_used())
+    }
+
+    /// Blocks the arena holds, cached spares included. O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// assert_eq!(arena.block_count(), 0);
+    /// arena.alloc_val(1u8);
+    /// assert_eq!(arena.block_count(), 1);
+    /// ```
+    pub fn block_count(&self) -> usize {
+        self.chain.lock().block_count()
+    }
+
+    /// Bytes of pool memory the arena holds (whole blocks, headers included). O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_val(1u8);
+    /// assert!(arena.bytes_held() >= 64 * 1024);
+    /// ```
+    pub fn bytes_held(&self) -> usize {
+        self.chain.lock().bytes_held()
+    }
+
+    /// The arena's generation: how many times it has been reset. O(1).
+    ///
+    /// ```
+    /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.reset();
+    /// assert_eq!(arena.generation(), 1);
+    /// ```
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Bytes requested with `tag` since the last reset (see
+    /// [`alloc_tagged`](MemoryArena::alloc_tagged)). O(tags).
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_tagged(Layout::new::<[u8; 48]>(), "mesh");
+    /// assert_eq!(arena.tag_bytes("mesh"), 48);
+    /// ```
+    pub fn tag_bytes(&self, tag: &str) -> usize {
+        self.tags
+            .lock()
+            .iter()
+            .find(|(t, _)| *t == tag)
+            .map_or(0, |&(_, n)| n)
+    }
+
+    /// A snapshot of every counter, printable with `{}`. O(tags).
+    ///
+    /// ```
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_val(1u64);
+    /// let stats = arena.stats();
+    /// assert_eq!(stats.bytes_used, 8);
+    /// println!("{stats}");
+    /// ```
+    pub fn stats(&self) -> ArenaStats {
+        let (block_count, bytes_held) = {
+            let chain = self.chain.lock();
+            (chain.block_count(), chain.bytes_held())
+        };
+        ArenaStats {
+            pool: self.pool.name(),
+            bytes_used: self.bytes_used(),
+            high_watermark: self.high_watermark(),
+            block_count,
+            bytes_held,
+            generation: self.generation,
+            tags: self.tags.lock().clone(),
+        }
+    }
+
+    // ---------------------------------------------------------------- tags
+
+    /// Allocates like [`try_alloc`](MemoryArena::try_alloc) and counts the bytes under
+    /// `tag` (`ArenaPush(arena, size, align, "Tag")` in C++ engines). Tagging costs a lock
+    /// and a lookup in a short list; untagged allocations pay nothing for it. O(tags).
+    ///
+    /// # Errors
+    /// As `try_alloc`.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.try_alloc_tagged(Layout::new::<u64>(), "ai").unwrap();
+    /// assert_eq!(arena.tag_bytes("ai"), 8);
+    /// ```
+    pub fn try_alloc_tagged(
+        &self,
+        layout: Layout,
+        tag: &'static str,
+    ) -> Result<NonNull<u8>, AllocError> {
+        let p = self.try_alloc(layout)?;
+        let mut tags = self.tags.lock();
+        match tags.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, n)) => *n += layout.size(),
+            None => tags.push((tag, layout.size())),
+        }
+        Ok(p)
+    }
+
+    /// [`try_alloc_tagged`](MemoryArena::try_alloc_tagged), panicking on failure. O(tags).
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_tagged(Layout::new::<u64>(), "ui");
+    /// assert_eq!(arena.stats().tags, vec![("ui", 8)]);
+    /// ```
+    #[track_caller]
+    pub fn alloc_tagged(&self, layout: Layout, tag: &'static str) -> NonNull<u8> {
+        match self.try_alloc_tagged(layout, tag) {
+            Ok(p) => p,
+            Err(e) => alloc_failed(self.pool.name(), layout, &e),
+        }
+    }
+}
+
+impl Drop for MemoryArena<'_> {
+    fn drop(&mut self) {
+        self.chain.get_mut().release_all(self.pool, &self.cursor);
+    }
+}
+
+impl std::fmt::Debug for MemoryArena<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryArena")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}

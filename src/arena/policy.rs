@@ -1,0 +1,161 @@
+//! The reset policy: which block an arena keeps for the next frame.
+//!
+//! A pure function of the capacity the arena would keep, what the frame just ended needed
+//! and how many frames in a row the kept block has been much too large. `reset` computes
+//! the decision once and carries it out; this module never touches memory.
+//!
+//! - The kept block holds the frame's peak plus 1/8: keep it, so a steady workload does no
+//!   pool operation at all.
+//! - It does not: replace it by one block of that size, and at least 1.25 times the old
+//!   one, so a frame size creeping upwards costs a few replacements, not one per record.
+//! - It has been more than twice the need (and above `first_block`) for
+//!   `trim_after_resets` resets in a row: replace it by one sized to the largest of those
+//!   frames, so one spike does not pin its memory for ever.
+
+use super::config::ArenaConfig;
+
+/// Granularity of the block sizes an arena asks for.
+pub(crate) const BLOCK_GRANULE: usize = 4096;
+
+/// Rounds a block request up to the block granule (saturating near `usize::MAX`; the pool
+/// refuses such sizes anyway).
+pub(crate) fn round_block(n: usize) -> usize {
+    n.checked_next_multiple_of(BLOCK_GRANULE).unwrap_or(n)
+}
+
+/// Consecutive resets in which the kept block was more than twice too large.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Quiet {
+    /// How many in a row.
+    pub(crate) resets: u32,
+    /// The largest need among them.
+    pub(crate) peak: usize,
+}
+
+/// What `reset` does with the arena's blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Keep the largest block as it is.
+    Keep,
+    /// Replace every block by one with this many usable bytes.
+    Replace(usize),
+}
+
+/// The decision for a reset: `kept` is the capacity of the block that would be kept (0 if
+/// none), `peak` the largest `bytes_used` of the frame. Returns the quiet-frame state to
+/// store if the decision is carried out (after a successful replacement, start from
+/// [`Quiet::default`] instead).
+pub(crate) fn decide(
+    kept: usize,
+    peak: usize,
+    quiet: Quiet,
+    config: &ArenaConfig,
+) -> (Decision, Quiet) {
+    let need = round_block(peak.saturating_add(peak / 8).max(1));
+    let floor = round_block(config.first_block.max(1));
+    if kept < need {
+        let grown = round_block(need.max(kept.saturating_add(kept / 4)));
+        (Decision::Replace(grown), quiet)
+    } else if config.trim_after_resets > 0 && kept > 2 * need.max(floor) {
+        let quiet = Quiet {
+            resets: quiet.resets.saturating_add(1),
+            peak: quiet.peak.max(need),
+        };
+        if quiet.resets >= config.trim_after_resets {
+            (Decision::Replace(quiet.peak.max(floor)), quiet)
+        } else {
+            (Decision::Keep, quiet)
+        }
+    } else {
+        (Decision::Keep, Quiet::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KIB: usize = 1024;
+
+    fn config(trim: u32) -> ArenaConfig {
+        ArenaConfig::default()
+            .first_block(64 * KIB)
+            .trim_after_resets(trim)
+    }
+
+    #[test]
+    fn a_block_that_fits_the_frame_is_kept() {
+        let (d, q) = decide(256 * KIB, 200 * KIB, Quiet::default(), &config(3));
+        assert_eq!((d, q), (Decision::Keep, Quiet::default()));
+    }
+
+    #[test]
+    fn the_need_includes_an_eighth_of_headroom() {
+        // 240 KiB + 30 KiB = 270 KiB does not fit 256 KiB.
+        let (d, _) = decide(256 * KIB, 240 * KIB, Quiet::default(), &config(3));
+        assert_eq!(
+            d,
+            Decision::Replace(320 * KIB),
+            "grown by at least a quarter"
+        );
+        let (d, _) = decide(256 * KIB, 1024 * KIB, Quiet::default(), &config(3));
+        assert_eq!(
+            d,
+            Decision::Replace(1152 * KIB),
+            "the need itself when larger"
+        );
+    }
+
+    #[test]
+    fn no_block_and_an_empty_frame_asks_for_one_granule() {
+        assert_eq!(
+            decide(0, 0, Quiet::default(), &config(3)).0,
+            Decision::Replace(BLOCK_GRANULE)
+        );
+    }
+
+    #[test]
+    fn a_block_too_large_for_enough_frames_in_a_row_is_trimmed() {
+        let c = config(3);
+        let mut q = Quiet::default();
+        for (frame, peak) in [100 * KIB, 300 * KIB, 50 * KIB].into_iter().enumerate() {
+            let (d, next) = decide(4096 * KIB, peak, q, &c);
+            q = next;
+            if frame < 2 {
+                assert_eq!(d, Decision::Keep);
+            } else {
+                // The largest need among the quiet frames: 300 KiB + 1/8, rounded.
+                assert_eq!(d, Decision::Replace(round_block(300 * KIB + 300 * KIB / 8)));
+            }
+        }
+        assert_eq!(q.resets, 3);
+    }
+
+    #[test]
+    fn one_busy_frame_restarts_the_count() {
+        let c = config(3);
+        let (_, q) = decide(4096 * KIB, 10 * KIB, Quiet::default(), &c);
+        let (_, q) = decide(4096 * KIB, 10 * KIB, q, &c);
+        assert_eq!(q.resets, 2);
+        let (d, q) = decide(4096 * KIB, 3000 * KIB, q, &c);
+        assert_eq!((d, q), (Decision::Keep, Quiet::default()));
+    }
+
+    #[test]
+    fn trimming_never_goes_below_the_first_block_and_zero_disables_it() {
+        let c = config(1);
+        let (d, _) = decide(4096 * KIB, 0, Quiet::default(), &c);
+        assert_eq!(d, Decision::Replace(64 * KIB));
+        let (d, q) = decide(4096 * KIB, 0, Quiet::default(), &config(0));
+        assert_eq!((d, q), (Decision::Keep, Quiet::default()));
+        // Not more than twice the first block: never counted as quiet.
+        let (d, q) = decide(128 * KIB, 0, Quiet::default(), &c);
+        assert_eq!((d, q), (Decision::Keep, Quiet::default()));
+    }
+
+    #[test]
+    fn huge_figures_saturate() {
+        let (d, _) = decide(usize::MAX / 2, usize::MAX, Quiet::default(), &config(3));
+        assert!(matches!(d, Decision::Replace(n) if n >= usize::MAX / 2));
+    }
+}
