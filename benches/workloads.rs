@@ -63,8 +63,11 @@ const W4_VECS: usize = 64;
 const W4_LEN: usize = 1_000;
 const W5_ALLOCS: usize = 200;
 const W5_STRINGS: usize = 10;
-/// Distinct W5 frames, replayed in turn.
-const W5_FRAMES: usize = 32;
+/// W5 frames in the sequence: the definition's 10,000 distinct frames (sizes and
+/// alignments drawn per allocation), played in order, then again from the start.
+const W5_FRAMES: usize = 10_000;
+/// Frames timed per batch in W5's paired comparisons.
+const W5_BATCH: u32 = 2_000;
 
 // ------------------------------------------------------------------------- helpers
 
@@ -968,29 +971,39 @@ fn w4(c: &mut Criterion) {
 
 const W5_SAMPLES: usize = 20;
 
+/// One W5 operation, packed (the sequence holds 2.1 million): an allocation of `size`
+/// bytes aligned to `1 << align_log`, or, with `align_log == STR`, a string of `size`
+/// bytes copied in.
 #[derive(Clone, Copy)]
-enum Op {
-    Alloc(Layout),
-    /// Copy in a string of this many bytes.
-    Str(usize),
+struct Op {
+    size: u16,
+    align_log: u8,
 }
 
-fn w5_frames() -> Vec<Vec<Op>> {
+const STR: u8 = u8::MAX;
+const W5_OPS: usize = W5_ALLOCS + W5_STRINGS;
+
+/// The whole W5 sequence, `W5_OPS` operations per frame. Each frame: 200 allocations of
+/// 16..=4096 bytes with the alignment drawn from {8, 16, 32, 64}, and after every 20th a
+/// string of 20..=200 bytes.
+fn w5_ops() -> Vec<Op> {
     let mut rng = SplitMix64(SEED ^ 5);
-    (0..W5_FRAMES)
-        .map(|_| {
-            let mut ops = Vec::with_capacity(W5_ALLOCS + W5_STRINGS);
-            for i in 0..W5_ALLOCS {
-                let size = rng.range(16, 4096);
-                let align = 8 << rng.range(0, 3);
-                ops.push(Op::Alloc(lay(size, align)));
-                if i % (W5_ALLOCS / W5_STRINGS) == W5_ALLOCS / W5_STRINGS - 1 {
-                    ops.push(Op::Str(rng.range(20, 200)));
-                }
+    let mut ops = Vec::with_capacity(W5_FRAMES * W5_OPS);
+    for _ in 0..W5_FRAMES {
+        for i in 0..W5_ALLOCS {
+            let size = rng.range(16, 4096) as u16;
+            let align_log = 3 + rng.range(0, 3) as u8;
+            ops.push(Op { size, align_log });
+            if i % (W5_ALLOCS / W5_STRINGS) == W5_ALLOCS / W5_STRINGS - 1 {
+                let size = rng.range(20, 200) as u16;
+                ops.push(Op {
+                    size,
+                    align_log: STR,
+                });
             }
-            ops
-        })
-        .collect()
+        }
+    }
+    ops
 }
 
 struct W5<C> {
@@ -999,24 +1012,34 @@ struct W5<C> {
     live: Vec<(NonNull<u8>, Layout)>,
 }
 
+impl<C> W5<C> {
+    fn new(c: C) -> W5<C> {
+        W5 {
+            c,
+            next: 0,
+            live: Vec::with_capacity(W5_OPS),
+        }
+    }
+}
+
+/// The next frame of the sequence: its operations, then free all (heaps) and reset.
 #[inline(always)]
-fn w5_frame<C: Contender>(st: &mut W5<C>, frames: &[Vec<Op>], text: &str) {
-    let frame = &frames[st.next];
-    st.next = (st.next + 1) % frames.len();
+fn w5_frame<C: Contender>(st: &mut W5<C>, ops: &[Op], text: &str) {
+    let frame = &ops[st.next * W5_OPS..(st.next + 1) * W5_OPS];
+    st.next = (st.next + 1) % W5_FRAMES;
     for (i, op) in frame.iter().enumerate() {
-        match *op {
-            Op::Alloc(l) => {
-                let p = st.c.alloc(l);
-                touch(p, i);
-                if C::FREES_EACH {
-                    st.live.push((p, l));
-                }
+        let size = usize::from(op.size);
+        if op.align_log == STR {
+            let p = st.c.alloc_str(&text[..size]);
+            if C::FREES_EACH {
+                st.live.push((p, lay(size, 1)));
             }
-            Op::Str(len) => {
-                let p = st.c.alloc_str(&text[..len]);
-                if C::FREES_EACH {
-                    st.live.push((p, lay(len, 1)));
-                }
+        } else {
+            let l = lay(size, 1 << op.align_log);
+            let p = st.c.alloc(l);
+            touch(p, i);
+            if C::FREES_EACH {
+                st.live.push((p, l));
             }
         }
     }
@@ -1030,57 +1053,41 @@ fn w5_frame<C: Contender>(st: &mut W5<C>, frames: &[Vec<Op>], text: &str) {
 }
 
 fn w5(c: &mut Criterion) {
-    let frames = w5_frames();
+    let ops = w5_ops();
     let text: String = (0..200)
         .map(|i| char::from(b'a' + (i % 26) as u8))
         .collect();
     let pool = new_pool("w5-mixed");
     let mut g = group(c, "W5 mixed-frame", W5_SAMPLES, 500, 2000);
     each_contender!(&pool, |name, make| {
-        let mut state = W5 {
-            c: make(),
-            next: 0,
-            live: Vec::with_capacity(W5_ALLOCS + W5_STRINGS),
-        };
-        // One pass over all distinct frames first, so every frame's peak has been seen.
-        for _ in 0..W5_FRAMES {
-            w5_frame(&mut state, &frames, &text);
+        let mut state = W5::new(make());
+        // Warm up on the first frames so that each arena has grown to the frame size.
+        for _ in 0..100 {
+            w5_frame(&mut state, &ops, &text);
         }
         bench_loop(&mut g, "W5", name, 1e-3, &mut state, |s| {
-            w5_frame(s, &frames, &text)
+            w5_frame(s, &ops, &text)
         });
     });
     g.finish();
-    let live = || Vec::with_capacity(W5_ALLOCS + W5_STRINGS);
-    let mut n = W5 {
-        c: nebula(&pool),
-        next: 0,
-        live: live(),
-    };
-    let mut l = W5 {
-        c: floor(),
-        next: 0,
-        live: live(),
-    };
-    for _ in 0..W5_FRAMES {
-        w5_frame(&mut n, &frames, &text);
-        w5_frame(&mut l, &frames, &text);
-    }
+    let mut n = W5::new(nebula(&pool));
+    let mut l = W5::new(floor());
+    let mut b = W5::new(BumpScope(bump_scope::Bump::new()));
     paired(
         "W5",
         "nebula/limit",
         &mut n,
-        |s| {
-            timed(s, 64 * W5_FRAMES as u32, &mut |s| {
-                w5_frame(s, &frames, &text)
-            })
-        },
+        |s: &mut W5<Nebula<'_>>| timed(s, W5_BATCH, &mut |s| w5_frame(s, &ops, &text)),
         &mut l,
-        |s| {
-            timed(s, 64 * W5_FRAMES as u32, &mut |s| {
-                w5_frame(s, &frames, &text)
-            })
-        },
+        |s: &mut W5<Floor>| timed(s, W5_BATCH, &mut |s| w5_frame(s, &ops, &text)),
+    );
+    paired(
+        "W5",
+        "nebula/bump-scope",
+        &mut n,
+        |s: &mut W5<Nebula<'_>>| timed(s, W5_BATCH, &mut |s| w5_frame(s, &ops, &text)),
+        &mut b,
+        |s: &mut W5<BumpScope>| timed(s, W5_BATCH, &mut |s| w5_frame(s, &ops, &text)),
     );
 }
 

@@ -266,8 +266,8 @@ impl std::fmt::Debug for FrameArena {
 }
 
 /// Capacity of each thread's frame arena unless changed by
-/// [`set_thread_arena_capacity`]: 4 MiB (the seed's 16 MiB would let only four threads fit
-/// in the default 64 MiB scratch pool).
+/// [`set_thread_arena_capacity`]: 4 MiB (16 MiB, a common choice, would let only four
+/// threads fit in the default 64 MiB scratch pool).
 pub const DEFAULT_THREAD_ARENA_CAPACITY: usize = 4 << 20;
 
 static THREAD_ARENA_CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_THREAD_ARENA_CAPACITY);

@@ -1,8 +1,9 @@
 //! The three process-wide pools: engine, game and scratch.
 //!
-//! Each is created on first use. Sizes default to seed 004's budgets (256 / 512 / 64 MiB)
-//! and can be changed by [`configure_global_pools`] before any of them exists. Creating a
-//! pool only reserves address space, so the defaults cost almost no memory until used.
+//! Each is created on first use. Sizes default to budgets that suit a mid-sized game
+//! (engine 256 MiB, game 512 MiB, scratch 64 MiB) and can be changed by
+//! [`configure_global_pools`] before any of them exists. Creating a pool only reserves
+//! address space, so the defaults cost almost no memory until used.
 
 use std::sync::OnceLock;
 

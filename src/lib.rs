@@ -9,8 +9,9 @@
 //!   allocation, LIFO [`pop`](MemoryArena::pop), in-place [`realloc`](MemoryArena::realloc)
 //!   of the newest allocation, checkpoints and safe scopes, and a `reset` that keeps the one
 //!   block the next frame needs. `&MemoryArena` is an `allocator_api2` allocator.
-//! - [`FrameArena`] and the per-thread frame arena ([`thread_arena_alloc`]), seed 000's API
-//!   on the scratch pool, and [`with_scratch`] for safe, nestable scratch space.
+//! - [`FrameArena`] and the per-thread frame arena ([`thread_arena_alloc`]): the classic
+//!   fixed-capacity frame arena API, on the scratch pool; and [`with_scratch`] for safe,
+//!   nestable scratch space.
 //!
 //! See `ARCHITECTURE.md` for the layers and their invariants.
 //!

@@ -418,8 +418,10 @@ impl<'pool> MemoryArena<'pool> {
     /// assert_eq!((arena.block_count(), arena.bytes_used()), (1, 0));
     /// ```
     pub fn reset(&mut self) {
-        let peak = self.frame_peak.swap(0, Relaxed).max(self.bytes_used());
-        self.high_watermark.fetch_max(peak, Relaxed);
+        // `&mut self`: plain accesses, no atomic read-modify-write.
+        let peak = std::mem::take(self.frame_peak.get_mut()).max(self.cursor.position());
+        let high = self.high_watermark.get_mut();
+        *high = (*high).max(peak);
         self.generation += 1;
         self.tags.get_mut().clear();
         let chain = self.chain.get_mut();
