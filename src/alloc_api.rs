@@ -1,5 +1,5 @@
-//! `allocator_api2::alloc::Allocator` for `&MemoryArena`, so arena memory backs
-//! `allocator_api2::vec::Vec`, `hashbrown::HashMap` and friends.
+//! `allocator_api2::alloc::Allocator` for `&MemoryArena` and `&SharedArena`, so arena
+//! memory backs `allocator_api2::vec::Vec`, `hashbrown::HashMap` and friends.
 //!
 //! Implemented for the reference only: a blanket `impl Allocator for &A` in allocator-api2
 //! would clash with an impl on the arena itself, and an owned-arena impl would let
@@ -15,6 +15,7 @@ use std::ptr::NonNull;
 use allocator_api2::alloc::{AllocError, Allocator};
 
 use crate::arena::MemoryArena;
+use crate::shared::SharedArena;
 
 // SAFETY: memory handed out stays valid (and is never handed out twice) until the arena is
 // reset, rewound or dropped, all of which need `&mut MemoryArena` or an `unsafe` call whose
@@ -110,4 +111,56 @@ unsafe fn resize(
         q
     };
     Ok(NonNull::slice_from_raw_parts(p, new.size()))
+}
+
+// SAFETY: every call works on the calling thread's part (`SharedArena::local`), a
+// `MemoryArena` whose impl above is sound; memory handed out stays valid until
+// `SharedArena::reset(&mut self)` or drop, which a collection borrowing `&SharedArena`
+// keeps away. A pointer allocated by another thread is never the top of the calling
+// thread's part (`is_top` checks the part's own window), so `deallocate` leaves it alone
+// and `grow`/`shrink` copy it instead of extending it over someone else's data.
+unsafe impl Allocator for &SharedArena<'_> {
+    #[inline(always)]
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        self.local().allocate(layout)
+    }
+
+    #[inline]
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { self.local().deallocate(ptr, layout) }
+    }
+
+    #[inline]
+    unsafe fn grow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { self.local().grow(ptr, old, new) }
+    }
+
+    #[inline]
+    unsafe fn grow_zeroed(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { self.local().grow_zeroed(ptr, old, new) }
+    }
+
+    #[inline]
+    unsafe fn shrink(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { self.local().shrink(ptr, old, new) }
+    }
 }

@@ -29,21 +29,25 @@
 mod alloc_api;
 mod arena;
 mod block;
+mod double;
 mod error;
 mod frame;
 mod global;
 pub mod poison;
 mod pool;
 mod scratch;
+mod shared;
 mod typed;
 mod vm;
 
 pub use arena::{ArenaConfig, ArenaScope, ArenaStats, Checkpoint, MemoryArena};
+pub use double::{DoubleBufferedArena, FrameHandle};
 pub use frame::{
     DEFAULT_THREAD_ARENA_CAPACITY, FrameArena, FrameArenaStats, set_thread_arena_capacity,
     thread_arena_alloc, thread_arena_reset, thread_arena_stats,
 };
 pub use scratch::with_scratch;
+pub use shared::{GameArena, GameArenaGuard, SharedArena, engine_arena, game_arena};
 pub use typed::ArenaBox;
 
 pub use block::MemoryBlock;

@@ -1,6 +1,8 @@
 //! Compile-time guarantees, proven with trybuild: scope, guard and scratch allocations
-//! cannot escape, scratch memory cannot reach another thread, `reset` cannot run while a
-//! borrow or a collection is alive, and types with destructors are refused by `alloc_val`.
+//! cannot escape, scratch memory and a thread's part of a shared arena cannot reach another
+//! thread, `reset` cannot run while a borrow or a collection is alive (nor the game arena's
+//! while an allocation from a guard is), a double-buffered reference cannot live across
+//! `swap`, and types with destructors are refused by `alloc_val`.
 //!
 //! The expected compiler messages (`tests/ui/*.stderr`) are those of the stable toolchain
 //! CI uses; `TRYBUILD=overwrite cargo test --test compile_fail` refreshes them.
@@ -22,4 +24,7 @@ fn compile_fail() {
     t.compile_fail("tests/ui/reset_while_borrowed.rs");
     t.compile_fail("tests/ui/reset_while_collection_alive.rs");
     t.compile_fail("tests/ui/drop_glue_refused.rs");
+    t.compile_fail("tests/ui/shared_local_to_thread.rs");
+    t.compile_fail("tests/ui/frame_ref_outlives_swap.rs");
+    t.compile_fail("tests/ui/game_guard_escape.rs");
 }

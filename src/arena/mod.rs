@@ -630,6 +630,13 @@ impl Drop for MemoryArena<'_> {
     }
 }
 
+/// The arena's [`stats`](MemoryArena::stats), as `{}` prints them.
+impl std::fmt::Display for MemoryArena<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.stats().fmt(f)
+    }
+}
+
 impl std::fmt::Debug for MemoryArena<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryArena")

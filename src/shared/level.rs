@@ -1,0 +1,144 @@
+//! The process-wide shared arenas: engine lifetime and level lifetime.
+//!
+//! - [`engine_arena`]: data that lives as long as the engine (UI state, display and window
+//!   resources). It is never reset, so a `&'static` to it is sound and every allocation
+//!   from it lives for the rest of the process.
+//! - [`game_arena`]: the level's data, reset on level change. A process-wide arena that
+//!   can be reset needs proof that nothing still points into it. Here the proof is a
+//!   read-write lock: allocating goes through a read guard ([`GameArena::read`]), every
+//!   allocation borrows that guard, and [`GameArena::reset`] takes the write lock, which
+//!   it gets only once every guard (and so every allocation) is gone. No `unsafe` contract
+//!   for the caller, at the cost of one uncontended lock acquisition per guard (not per
+//!   allocation).
+
+use std::ops::Deref;
+use std::sync::OnceLock;
+
+use parking_lot::{RwLock, RwLockReadGuard};
+
+use super::SharedArena;
+use crate::arena::ArenaStats;
+use crate::global::{engine_pool, game_pool};
+
+/// The engine's shared arena, on [`engine_pool`], created on first use. Never reset:
+/// what is allocated from it stays for the life of the process. Any thread may allocate
+/// from it. O(1).
+///
+/// ```
+/// let name: &'static str = nebula_memory::engine_arena().alloc_str("main window");
+/// assert_eq!(name, "main window");
+/// ```
+pub fn engine_arena() -> &'static SharedArena<'static> {
+    static ENGINE: OnceLock<SharedArena<'static>> = OnceLock::new();
+    ENGINE.get_or_init(|| SharedArena::new(engine_pool()))
+}
+
+/// The level arena, on [`game_pool`], created on first use: allocate through
+/// [`read`](GameArena::read), free everything with [`reset`](GameArena::reset) on level
+/// change. O(1).
+///
+/// ```
+/// let level = nebula_memory::game_arena();
+/// {
+///     let arena = level.read();
+///     let spawns = arena.alloc_slice_copy(&[(1.0f32, 2.0f32), (3.0, 4.0)]);
+///     assert_eq!(spawns.len(), 2);
+/// } // the guard, and every allocation borrowed from it, ends here
+/// level.reset(); // next level
+/// ```
+pub fn game_arena() -> &'static GameArena {
+    static GAME: OnceLock<GameArena> = OnceLock::new();
+    GAME.get_or_init(|| GameArena {
+        arena: RwLock::new(SharedArena::new(game_pool())),
+    })
+}
+
+/// A process-wide [`SharedArena`] that can be reset soundly: allocations borrow a read
+/// guard, and [`reset`](GameArena::reset) waits for every guard to go. See
+/// [`game_arena`].
+pub struct GameArena {
+    arena: RwLock<SharedArena<'static>>,
+}
+
+impl GameArena {
+    /// A guard through which any number of threads allocate at once; it derefs to the
+    /// [`SharedArena`]. Allocations borrow the guard, so they end with it. Hold it for a
+    /// system run or a loading step, not for ever: [`reset`](GameArena::reset) waits for
+    /// every guard. O(1) (an uncontended read lock).
+    ///
+    /// ```
+    /// let arena = nebula_memory::game_arena().read();
+    /// let hp = arena.alloc_val(100u32);
+    /// assert_eq!(*hp, 100);
+    /// ```
+    pub fn read(&self) -> GameArenaGuard<'_> {
+        GameArenaGuard {
+            guard: self.arena.read(),
+        }
+    }
+
+    /// Frees everything allocated for the level (see [`SharedArena::reset`]). Waits until
+    /// no [`GameArenaGuard`] is left; a thread that calls it while holding a guard itself
+    /// deadlocks (use [`try_reset`](GameArena::try_reset) where that can happen).
+    /// O(threads + blocks).
+    ///
+    /// ```
+    /// let level = nebula_memory::game_arena();
+    /// level.read().alloc_slice(1000, 0u8);
+    /// level.reset();
+    /// assert_eq!(level.read().bytes_used(), 0);
+    /// ```
+    pub fn reset(&self) {
+        self.arena.write().reset();
+    }
+
+    /// [`reset`](GameArena::reset) if no guard is alive now; `false` (and nothing
+    /// changes) otherwise. O(threads + blocks).
+    ///
+    /// ```
+    /// let level = nebula_memory::game_arena();
+    /// let guard = level.read();
+    /// assert!(!level.try_reset(), "a guard is alive");
+    /// drop(guard);
+    /// assert!(level.try_reset());
+    /// ```
+    pub fn try_reset(&self) -> bool {
+        match self.arena.try_write() {
+            Some(mut arena) => {
+                arena.reset();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The arena's summed statistics (see [`SharedArena::stats`]). O(threads × tags).
+    ///
+    /// ```
+    /// println!("{}", nebula_memory::game_arena().stats());
+    /// ```
+    pub fn stats(&self) -> ArenaStats {
+        self.arena.read().stats()
+    }
+}
+
+impl std::fmt::Debug for GameArena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GameArena")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// A read guard of the [`game_arena`]: derefs to its [`SharedArena`]; every allocation
+/// borrows it. From [`GameArena::read`].
+pub struct GameArenaGuard<'a> {
+    guard: RwLockReadGuard<'a, SharedArena<'static>>,
+}
+
+impl Deref for GameArenaGuard<'_> {
+    type Target = SharedArena<'static>;
+    fn deref(&self) -> &SharedArena<'static> {
+        &self.guard
+    }
+}

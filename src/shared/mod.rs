@@ -1,0 +1,356 @@
+//! `SharedArena`: one arena many threads allocate from at once.
+//!
+//! A shared arena is a [`MemoryArena`] per thread: each thread that allocates gets its own
+//! slot (a cursor and a chain of blocks from the common pool) the first time it does, and
+//! bumps in it with no atomic read-modify-write and no lock. The pool's lock is taken only
+//! when a thread's block is full. This is the design of Unreal's concurrent linear
+//! allocator; a single block bumped with compare-and-swap by every thread was measured
+//! against it and loses (see the `workloads` bench, W6).
+//!
+//! The slots live in a [`ThreadLocal`], which gives each `SharedArena` its own per-thread
+//! storage and lets `reset(&mut self)` reach every thread's slot through `iter_mut`. A
+//! `SharedArena` derefs to the calling thread's `MemoryArena`, so it has the whole
+//! allocation surface of one (typed helpers, `try_` forms, tags, `pop`, `realloc`,
+//! checkpoints); a `&MemoryArena` is not `Send`, so that reference cannot leave the thread
+//! that got it. The statistics methods of `SharedArena` itself (`bytes_used`, `stats`, …)
+//! add up every thread's slot.
+//!
+//! [`engine_arena`] and [`game_arena`] are the process-wide shared arenas for engine- and
+//! level-lifetime data.
+
+mod level;
+
+use std::alloc::Layout;
+use std::fmt;
+use std::ops::Deref;
+use std::ptr::NonNull;
+
+use thread_local::ThreadLocal;
+
+use crate::arena::{ArenaConfig, ArenaStats, MemoryArena};
+use crate::error::AllocError;
+use crate::pool::MemoryPool;
+
+pub use level::{GameArena, GameArenaGuard, engine_arena, game_arena};
+
+/// One thread's part of a shared arena, on cache lines of its own (slots of one
+/// `ThreadLocal` bucket are adjacent in memory, and each thread writes its cursor on
+/// every allocation).
+#[repr(align(128))]
+struct Slot<'pool>(MemoryArena<'pool>);
+
+// SAFETY: a `&Slot` gives a `&MemoryArena`. Everything a shared reference to an arena can
+// reach is an atomic or behind a lock, except the cursor's bump, which is a load followed
+// by a store and so must not run on two threads at once. `SharedArena` allocates (bumps,
+// pops, resizes, rewinds) only through the calling thread's own slot (`ThreadLocal::get_or`
+// returns the slot of the current thread, and a thread's slot passes to another thread
+// only after the first has exited); the `&MemoryArena` it hands out is not `Send`, so it
+// stays on that thread. Slots of other threads are reached only by `ThreadLocal::iter`
+// below, for statistics, which read atomics and take locks.
+unsafe impl Sync for Slot<'_> {}
+
+/// A paged arena that many threads allocate from at once, with the same allocation
+/// surface as [`MemoryArena`] (it derefs to the calling thread's part).
+///
+/// Each thread bumps in blocks of its own, so allocation costs what it costs in a
+/// `MemoryArena` plus a lookup of the thread's slot; the newest allocation *of the calling
+/// thread* can be popped or grown in place. Memory stays valid until
+/// [`reset`](SharedArena::reset) (which needs `&mut self`, so no allocation can still be
+/// borrowed) or drop. `&SharedArena` is an `allocator_api2` allocator, so
+/// `Vec::new_in(&shared)` and `hashbrown::HashMap::new_in(&shared)` work from any thread.
+///
+/// ```
+/// use nebula_memory::{MemoryPool, SharedArena};
+///
+/// let pool = MemoryPool::new("level", 16 << 20).unwrap();
+/// let mut arena = SharedArena::new(&pool);
+/// std::thread::scope(|s| {
+///     for t in 0..4u32 {
+///         let arena = &arena;
+///         s.spawn(move || {
+///             let ids = arena.alloc_slice_fill_with(100, |i| t * 100 + i as u32);
+///             assert_eq!(ids[99], t * 100 + 99);
+///         });
+///     }
+/// });
+/// assert_eq!(arena.bytes_used(), 4 * 400);
+/// arena.reset();
+/// assert_eq!(arena.bytes_used(), 0);
+/// ```
+pub struct SharedArena<'pool> {
+    slots: ThreadLocal<Slot<'pool>>,
+    pool: &'pool MemoryPool,
+    config: ArenaConfig,
+    generation: u64,
+}
+
+impl<'pool> SharedArena<'pool> {
+    /// An empty shared arena over `pool`. Takes no memory until a thread allocates. O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
+    /// assert_eq!(arena.bytes_held(), 0);
+    /// ```
+    pub fn new(pool: &'pool MemoryPool) -> Self {
+        Self::with_config(pool, ArenaConfig::default())
+    }
+
+    /// An empty shared arena whose per-thread parts follow `config`. O(1).
+    ///
+    /// ```
+    /// use nebula_memory::{ArenaConfig, SharedArena};
+    /// let config = ArenaConfig::default().first_block(16 * 1024);
+    /// let arena = SharedArena::with_config(nebula_memory::game_pool(), config);
+    /// arena.alloc_val(1u8);
+    /// assert!(arena.bytes_held() < 64 * 1024);
+    /// ```
+    pub fn with_config(pool: &'pool MemoryPool, config: ArenaConfig) -> Self {
+        SharedArena {
+            slots: ThreadLocal::new(),
+            pool,
+            config,
+            generation: 0,
+        }
+    }
+
+    /// The pool every thread's part takes its blocks from. O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::SharedArena::new(nebula_memory::engine_pool());
+    /// assert_eq!(arena.pool().name(), "engine");
+    /// ```
+    pub fn pool(&self) -> &'pool MemoryPool {
+        self.pool
+    }
+
+    /// The rules each thread's part was created with. O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::SharedArena::new(nebula_memory::engine_pool());
+    /// assert_eq!(arena.config().first_block, 64 * 1024);
+    /// ```
+    pub fn config(&self) -> &ArenaConfig {
+        &self.config
+    }
+
+    /// The calling thread's part of the arena, created on the thread's first use. Hot
+    /// loops take it once and allocate from it directly, saving the slot lookup that
+    /// every method called through `Deref` makes. The reference cannot leave the thread.
+    /// O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
+    /// let mine = arena.local();
+    /// for i in 0..1000u32 {
+    ///     mine.alloc_val(i);
+    /// }
+    /// assert_eq!(arena.bytes_used(), 4000);
+    /// ```
+    #[inline]
+    pub fn local(&self) -> &MemoryArena<'pool> {
+        &self
+            .slots
+            .get_or(|| Slot(MemoryArena::with_config(self.pool, self.config)))
+            .0
+    }
+
+    /// Allocates `layout` in the calling thread's part. O(1) amortised.
+    ///
+    /// # Errors
+    /// As [`MemoryArena::try_alloc`]: the pool could not supply a block for this thread.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
+    /// let p = arena.try_alloc(Layout::from_size_align(64, 64).unwrap()).unwrap();
+    /// assert_eq!(p.as_ptr() as usize % 64, 0);
+    /// ```
+    #[inline]
+    pub fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
+        self.local().try_alloc(layout)
+    }
+
+    /// Frees everything every thread allocated and lets each thread's part keep one block
+    /// chosen by the reset policy (see [`MemoryArena::reset`]): a bounded amount of
+    /// memory per thread that ever allocated, trimmed back to `first_block` after
+    /// `trim_after_resets` resets of a thread that stopped allocating. O(threads + blocks).
+    ///
+    /// ```
+    /// let mut arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
+    /// arena.alloc_slice(10_000, 0u8);
+    /// arena.reset();
+    /// assert_eq!(arena.bytes_used(), 0);
+    /// assert_eq!(arena.generation(), 1);
+    /// ```
+    pub fn reset(&mut self) {
+        for slot in self.slots.iter_mut() {
+            slot.0.reset();
+        }
+        self.generation += 1;
+    }
+
+    /// Gives every thread's cached spare blocks back to the pool. O(threads + spares).
+    ///
+    /// ```
+    /// let mut arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
+    /// arena.trim_spares();
+    /// ```
+    pub fn trim_spares(&mut self) {
+        for slot in self.slots.iter_mut() {
+            slot.0.trim_spares();
+        }
+    }
+
+    /// Every thread's part, for statistics.
+    fn parts(&self) -> impl Iterator<Item = &MemoryArena<'pool>> {
+        self.slots.iter().map(|slot| &slot.0)
+    }
+
+    /// Bytes handed out since the last reset by all threads together, padding included.
+    /// Exact when no thread is allocating; while threads allocate, a snapshot that may
+    /// lag. O(threads).
+    ///
+    /// ```
+    /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
+    /// arena.alloc_val(1u64);
+    /// assert_eq!(arena.bytes_used(), 8);
+    /// ```
+    pub fn bytes_used(&self) -> usize {
+        self.parts().map(MemoryArena::bytes_used).sum()
+    }
+
+    /// The sum of every thread's high watermark (each the largest `bytes_used` of that
+    /// thread's part, across resets): an upper bound of the arena's peak. O(threads).
+    ///
+    /// ```
+    /// let mut arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
+    /// arena.alloc_slice(1000, 0u8);
+    /// arena.reset();
+    /// assert_eq!(arena.high_watermark(), 1000);
+    /// ```
+    pub fn high_watermark(&self) -> usize {
+        self.parts().map(MemoryArena::high_watermark).sum()
+    }
+
+    /// Blocks held by all threads' parts, spares included. O(threads).
+    ///
+    /// ```
+    /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
+    /// arena.alloc_val(1u8);
+    /// assert_eq!(arena.block_count(), 1);
+    /// ```
+    pub fn block_count(&self) -> usize {
+        self.parts().map(MemoryArena::block_count).sum()
+    }
+
+    /// Bytes of pool memory held by all threads' parts (whole blocks). O(threads).
+    ///
+    /// ```
+    /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
+    /// arena.alloc_val(1u8);
+    /// assert!(arena.bytes_held() >= 64 * 1024);
+    /// ```
+    pub fn bytes_held(&self) -> usize {
+        self.parts().map(MemoryArena::bytes_held).sum()
+    }
+
+    /// How many threads have a part of this arena (threads that allocated at least once;
+    /// the part of a thread that exited is taken over by the next new thread). O(threads).
+    ///
+    /// ```
+    /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
+    /// assert_eq!(arena.threads(), 0);
+    /// arena.alloc_val(1u8);
+    /// assert_eq!(arena.threads(), 1);
+    /// ```
+    pub fn threads(&self) -> usize {
+        self.parts().count()
+    }
+
+    /// Resets so far. O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
+    /// assert_eq!(arena.generation(), 0);
+    /// ```
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Bytes requested with `tag` since the last reset, by all threads. O(threads × tags).
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
+    /// arena.alloc_tagged(Layout::new::<[u8; 24]>(), "physics");
+    /// assert_eq!(arena.tag_bytes("physics"), 24);
+    /// ```
+    pub fn tag_bytes(&self, tag: &str) -> usize {
+        self.parts().map(|a| a.tag_bytes(tag)).sum()
+    }
+
+    /// A snapshot of every counter, all threads added up (tags merged in first-use order
+    /// of the parts), printable with `{}`. O(threads × tags).
+    ///
+    /// ```
+    /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
+    /// arena.alloc_val(1u64);
+    /// let stats = arena.stats();
+    /// assert_eq!((stats.bytes_used, stats.block_count), (8, 1));
+    /// println!("{stats}");
+    /// ```
+    pub fn stats(&self) -> ArenaStats {
+        let mut total = ArenaStats {
+            pool: self.pool.name(),
+            bytes_used: 0,
+            high_watermark: 0,
+            block_count: 0,
+            bytes_held: 0,
+            generation: self.generation,
+            tags: Vec::new(),
+        };
+        for part in self.parts() {
+            let s = part.stats();
+            total.bytes_used += s.bytes_used;
+            total.high_watermark += s.high_watermark;
+            total.block_count += s.block_count;
+            total.bytes_held += s.bytes_held;
+            for (tag, n) in s.tags {
+                match total.tags.iter_mut().find(|(t, _)| *t == tag) {
+                    Some((_, m)) => *m += n,
+                    None => total.tags.push((tag, n)),
+                }
+            }
+        }
+        total
+    }
+}
+
+impl<'pool> Deref for SharedArena<'pool> {
+    type Target = MemoryArena<'pool>;
+
+    /// The calling thread's part ([`SharedArena::local`]).
+    #[inline]
+    fn deref(&self) -> &MemoryArena<'pool> {
+        self.local()
+    }
+}
+
+impl fmt::Debug for SharedArena<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedArena")
+            .field("threads", &self.threads())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// The summed [`stats`](SharedArena::stats), after the number of threads:
+/// `4 threads: arena on 'game': 1.6 KiB used (peak 1.6 KiB), …`.
+impl fmt::Display for SharedArena<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let threads = self.threads();
+        let s = if threads == 1 { "" } else { "s" };
+        write!(f, "{threads} thread{s}: {}", self.stats())
+    }
+}

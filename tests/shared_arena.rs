@@ -1,0 +1,303 @@
+//! `SharedArena`: many threads allocating from one arena at once, `engine_arena` and
+//! `game_arena`.
+
+use std::alloc::Layout;
+use std::sync::Barrier;
+
+use allocator_api2::vec::Vec as AVec;
+use nebula_memory::{AllocError, MemoryPool, PoolError, SharedArena};
+
+mod common;
+use common::SplitMix64;
+
+const THREADS: usize = 8;
+
+fn pool(name: &'static str, capacity: usize) -> MemoryPool {
+    MemoryPool::new(name, capacity).unwrap()
+}
+
+/// Byte `i` of allocation `n` of thread `t`.
+fn stamp(t: usize, n: usize, i: usize) -> u8 {
+    (t.wrapping_mul(131) ^ n.wrapping_mul(31) ^ i) as u8
+}
+
+/// Eight threads allocate at once, every allocation stamped; after all threads finish,
+/// every stamp is intact, no two allocations overlap, and `bytes_used` is their sum.
+#[test]
+fn eight_threads_allocate_at_once_without_overlap() {
+    let per_thread = if cfg!(miri) { 50 } else { 5_000 };
+    let pool = pool("shared-8", 256 << 20);
+    let arena = SharedArena::new(&pool);
+    let start = Barrier::new(THREADS);
+    let all: Vec<Vec<(usize, usize)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (arena, start) = (&arena, &start);
+                s.spawn(move || {
+                    let mut rng = SplitMix64(t as u64 + 1);
+                    start.wait();
+                    (0..per_thread)
+                        .map(|n| {
+                            let len = 1 + rng.below(300);
+                            // Align 1: no padding, so `bytes_used` is exactly the sum.
+                            let bytes = arena.alloc_slice_fill_with(len, |i| stamp(t, n, i));
+                            (bytes.as_ptr() as usize, len)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    for (t, allocs) in all.iter().enumerate() {
+        for (n, &(addr, len)) in allocs.iter().enumerate() {
+            // SAFETY: allocated above from `arena`, which is alive and was not reset.
+            let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+            assert!(
+                bytes.iter().enumerate().all(|(i, &b)| b == stamp(t, n, i)),
+                "allocation {n} of thread {t} was overwritten"
+            );
+            spans.push((addr, len));
+        }
+    }
+    spans.sort_unstable();
+    assert!(
+        spans.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0),
+        "two allocations overlap"
+    );
+    let total: usize = spans.iter().map(|&(_, len)| len).sum();
+    assert_eq!(arena.bytes_used(), total);
+    assert_eq!(arena.stats().bytes_used, total);
+    assert_eq!(arena.threads(), THREADS);
+    assert_eq!(pool.stats().in_use, arena.bytes_held());
+}
+
+/// Collections of the allocator-api2 and hashbrown kinds, built on several threads at
+/// once; one vector is moved to another thread and grown there (a copy, since it is not
+/// that thread's top).
+#[test]
+fn collections_from_several_threads() {
+    let n: u32 = if cfg!(miri) { 200 } else { 20_000 };
+    let pool = pool("shared-collections", 64 << 20);
+    let arena = SharedArena::new(&pool);
+    std::thread::scope(|s| {
+        for t in 0..4u32 {
+            let arena = &arena;
+            s.spawn(move || {
+                let mut v: AVec<u32, _> = AVec::new_in(arena);
+                let mut m = hashbrown::HashMap::new_in(arena);
+                for i in 0..n {
+                    v.push(t * n + i);
+                    m.insert(i, t);
+                }
+                assert!(v.iter().enumerate().all(|(i, &x)| x == t * n + i as u32));
+                assert!((0..n).all(|i| m[&i] == t));
+            });
+        }
+    });
+    let mut v: AVec<u64, _> = AVec::new_in(&arena);
+    v.extend(0..100u64);
+    let v = std::thread::scope(|s| {
+        s.spawn(move || {
+            v.extend(100..10_000u64); // grows on another thread: copied into its part
+            v
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(v.iter().enumerate().all(|(i, &x)| x == i as u64));
+}
+
+/// Many rounds of parallel allocation and reset by a fixed set of worker threads (as a
+/// job system has): after a warm-up the pool's usage is flat and there is no pool traffic
+/// at all (each thread's part keeps one block sized to its frames).
+#[test]
+fn rounds_of_parallel_allocation_and_reset_keep_pool_usage_flat() {
+    const WORKERS: usize = 4;
+    let rounds = if cfg!(miri) { 6 } else { 300 };
+    let pool = pool("shared-rounds", 64 << 20);
+    // Workers allocate under the read lock; the main thread resets under the write lock.
+    let arena = std::sync::RwLock::new(SharedArena::new(&pool));
+    let sync = Barrier::new(WORKERS + 1);
+    let mut in_use = Vec::new();
+    std::thread::scope(|s| {
+        for t in 0..WORKERS {
+            let (arena, sync) = (&arena, &sync);
+            s.spawn(move || {
+                for round in 0..rounds {
+                    sync.wait(); // round starts
+                    let arena = arena.read().unwrap();
+                    let mut rng = SplitMix64((round * WORKERS + t) as u64);
+                    for _ in 0..200 {
+                        let v = arena.alloc_slice(16 + rng.below(512), t as u8);
+                        assert!(v.iter().all(|&b| b == t as u8));
+                    }
+                    drop(arena);
+                    sync.wait(); // round done
+                }
+            });
+        }
+        for _ in 0..rounds {
+            sync.wait();
+            sync.wait();
+            let mut arena = arena.write().unwrap();
+            arena.reset();
+            assert_eq!(arena.bytes_used(), 0);
+            assert_eq!(arena.threads(), WORKERS);
+            let stats = pool.stats();
+            in_use.push((stats.in_use, stats.allocations));
+        }
+    });
+    let warm = &in_use[rounds / 3..];
+    assert!(
+        warm.iter().all(|&x| x == warm[0]),
+        "pool usage and traffic change after warm-up: {warm:?}"
+    );
+    drop(arena);
+    let s = pool.stats();
+    assert_eq!(
+        (s.in_use, s.blocks_in_use),
+        (0, 0),
+        "drop gives every block back"
+    );
+}
+
+/// A pool exhausted while several threads allocate: each thread gets the error (never a
+/// panic, never memory of another thread), and after a reset all of them allocate again.
+#[test]
+fn exhaustion_while_several_threads_allocate() {
+    let pool = pool("shared-tight", 1 << 20);
+    let mut arena = SharedArena::new(&pool);
+    for _round in 0..3 {
+        let got: Vec<(usize, AllocError)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4u8)
+                .map(|t| {
+                    let arena = &arena;
+                    s.spawn(move || {
+                        let mut mine = Vec::new();
+                        loop {
+                            match arena.try_alloc_slice(8 * 1024, t) {
+                                Ok(v) => mine.push(v),
+                                Err(e) => {
+                                    assert!(mine.iter().all(|v| v.iter().all(|&b| b == t)));
+                                    return (mine.len(), e);
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (_, e) in &got {
+            assert!(
+                matches!(
+                    e,
+                    AllocError::Pool(PoolError::Exhausted {
+                        pool: "shared-tight",
+                        ..
+                    })
+                ),
+                "{e:?}"
+            );
+        }
+        let total: usize = got.iter().map(|(n, _)| n).sum();
+        assert!(
+            total * 8 * 1024 > (1 << 20) / 2,
+            "the pool was mostly used: {total}"
+        );
+        assert!(pool.stats().exhaustions >= 4);
+        arena.reset();
+        assert_eq!(arena.bytes_used(), 0);
+    }
+}
+
+/// The calling thread's newest allocation pops and grows in place, whatever the other
+/// threads do; a pop from another thread is a no-op.
+#[test]
+fn the_calling_threads_top_pops_and_grows_in_place() {
+    let pool = pool("shared-top", 16 << 20);
+    let arena = SharedArena::new(&pool);
+    let layout = Layout::from_size_align(64, 8).unwrap();
+    let p = arena.alloc(layout);
+    let addr = p.as_ptr() as usize;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            arena.alloc_slice(1000, 1u8); // another thread's part
+            let p = std::ptr::NonNull::new(addr as *mut u8).unwrap();
+            // SAFETY: `p` is not this thread's allocation: a no-op by contract.
+            assert!(!unsafe { arena.pop(p, layout) }, "not this thread's top");
+        });
+    });
+    // SAFETY: `p` is live with `layout`; only the result is used afterwards.
+    let q = unsafe { arena.realloc(p, layout, 4096) }.unwrap();
+    assert_eq!(p, q, "grown in place");
+    let grown = Layout::from_size_align(4096, 8).unwrap();
+    let before = arena.bytes_used();
+    // SAFETY: `q` is the top of this thread's part and is not used again.
+    assert!(unsafe { arena.pop(q, grown) });
+    assert_eq!(arena.bytes_used(), before - 4096);
+    // Vector growth through the allocator: in place at this thread's top.
+    let mut v: AVec<u64, _> = AVec::with_capacity_in(1, &arena);
+    let at = v.as_ptr();
+    for i in 0..500 {
+        v.reserve_exact(1);
+        v.push(i);
+    }
+    assert_eq!(v.as_ptr(), at);
+}
+
+/// What a thread allocated stays allocated, and counted, after the thread exits (its
+/// part stays in the arena, to be taken over by a later thread).
+#[test]
+fn allocations_outlive_the_threads_that_made_them() {
+    let pool = pool("shared-exited", 16 << 20);
+    let arena = SharedArena::new(&pool);
+    let values: Vec<&u32> = (0..5u32)
+        .map(|i| std::thread::scope(|s| s.spawn(|| &*arena.alloc_val(i)).join().unwrap()))
+        .collect();
+    assert_eq!(arena.bytes_used(), 20);
+    assert!(values.iter().enumerate().all(|(i, &&v)| v == i as u32));
+    assert!((1..=5).contains(&arena.threads()));
+}
+
+/// The two process-wide shared arenas.
+#[test]
+fn engine_and_game_arenas() {
+    let engine = nebula_memory::engine_arena();
+    assert_eq!(engine.pool().name(), "engine");
+    let title: &'static str = engine.alloc_str("nebula");
+    std::thread::spawn(move || assert_eq!(title, "nebula"))
+        .join()
+        .unwrap();
+
+    let level = nebula_memory::game_arena();
+    let guard = level.read();
+    assert_eq!(guard.pool().name(), "game");
+    let spawns = guard.alloc_slice_copy(&[1u32, 2, 3]);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let arena = level.read(); // readers do not block each other
+            arena.alloc_val(9u64);
+        });
+    });
+    assert_eq!(spawns, &[1, 2, 3]);
+    assert!(!level.try_reset(), "a guard is alive");
+    drop(guard);
+    assert!(level.try_reset());
+    assert_eq!(level.read().bytes_used(), 0);
+    level.read().alloc_val(1u8);
+    level.reset();
+    assert_eq!(level.stats().bytes_used, 0);
+}
+
+#[test]
+fn shared_types_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<SharedArena<'static>>();
+    send_sync::<nebula_memory::GameArena>();
+    send_sync::<nebula_memory::DoubleBufferedArena<'static>>();
+    send_sync::<nebula_memory::FrameHandle<u64>>();
+    send_sync::<nebula_memory::FrameHandle<[u32]>>();
+}
