@@ -63,6 +63,12 @@ pub fn probe_nebula_particle(arena: &MemoryArena<'_>) -> NonNull<u8> {
     arena.alloc(Layout::from_size_align(32, 16).unwrap_or(Layout::new::<[u128; 2]>()))
 }
 
+/// `SharedArena::alloc` (through `Deref`: the slot lookup, then the bump) for a `u64`.
+#[inline(never)]
+pub fn probe_shared_alloc(arena: &nebula_memory::SharedArena<'_>) -> NonNull<u8> {
+    arena.alloc(Layout::new::<u64>())
+}
+
 /// bumpalo's `alloc_layout` for a `u64`.
 #[inline(never)]
 pub fn probe_bumpalo_alloc(bump: &bumpalo::Bump) -> NonNull<u8> {
@@ -153,6 +159,8 @@ fn main() {
     black_box(probe_bumpalo_alloc(black_box(&bump)));
     black_box(probe_bump_scope_alloc(black_box(&scope)));
     black_box(probe_limit_alloc(black_box(&limit)));
+    let shared = nebula_memory::SharedArena::new(&pool);
+    black_box(probe_shared_alloc(black_box(&shared)));
 
     if std::env::args().nth(1).as_deref() == Some("w1reset") {
         w1_reset();

@@ -21,9 +21,11 @@
 mod level;
 
 use std::alloc::Layout;
+use std::cell::Cell;
 use std::fmt;
 use std::ops::Deref;
-use std::ptr::NonNull;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use thread_local::ThreadLocal;
 
@@ -79,9 +81,19 @@ unsafe impl Sync for Slot<'_> {}
 /// ```
 pub struct SharedArena<'pool> {
     slots: ThreadLocal<Slot<'pool>>,
+    /// Unique per shared arena in the process (never reused): the key of [`LAST`].
+    id: u64,
     pool: &'pool MemoryPool,
     config: ArenaConfig,
     generation: u64,
+}
+
+thread_local! {
+    /// The shared arena this thread last allocated from (its id) and this thread's slot in
+    /// it: a one-entry cache in front of `ThreadLocal::get_or`, so that the common case
+    /// (a thread allocating from one arena over and over) costs a thread-local read and
+    /// one comparison.
+    static LAST: Cell<(u64, *const ())> = const { Cell::new((0, ptr::null())) };
 }
 
 impl<'pool> SharedArena<'pool> {
@@ -105,8 +117,10 @@ impl<'pool> SharedArena<'pool> {
     /// assert!(arena.bytes_held() < 64 * 1024);
     /// ```
     pub fn with_config(pool: &'pool MemoryPool, config: ArenaConfig) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         SharedArena {
             slots: ThreadLocal::new(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             pool,
             config,
             generation: 0,
@@ -148,10 +162,28 @@ impl<'pool> SharedArena<'pool> {
     /// ```
     #[inline]
     pub fn local(&self) -> &MemoryArena<'pool> {
-        &self
+        let (id, slot) = LAST.with(Cell::get);
+        if id == self.id {
+            // SAFETY: `LAST` holds this thread's slot of the arena with this id. Ids are
+            // never reused, so the arena is `self`, alive; a `ThreadLocal` never moves or
+            // drops an entry while it lives (moving the arena moves only the pointers to
+            // its buckets), so the slot is still there, and it is this thread's.
+            return unsafe { &(*slot.cast::<Slot<'pool>>()).0 };
+        }
+        self.local_slow()
+    }
+
+    /// `local` when the cache names another arena: looks the slot up (creating it on the
+    /// thread's first use) and caches it.
+    #[inline(never)]
+    fn local_slow(&self) -> &MemoryArena<'pool> {
+        let slot = self
             .slots
-            .get_or(|| Slot(MemoryArena::with_config(self.pool, self.config)))
-            .0
+            .get_or(|| Slot(MemoryArena::with_config(self.pool, self.config)));
+        // During thread teardown the cache may be gone already: then it is simply not
+        // updated.
+        let _ = LAST.try_with(|last| last.set((self.id, ptr::from_ref(slot).cast())));
+        &slot.0
     }
 
     /// Allocates `layout` in the calling thread's part. O(1) amortised.
