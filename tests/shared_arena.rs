@@ -163,54 +163,68 @@ fn rounds_of_parallel_allocation_and_reset_keep_pool_usage_flat() {
     );
 }
 
-/// A pool exhausted while several threads allocate: each thread gets the error (never a
-/// panic, never memory of another thread), and after a reset all of them allocate again.
+/// A pool exhausted while several threads (a fixed set of workers) allocate: each
+/// thread gets the error (never a panic, never memory of another thread), most of the
+/// pool was handed out before the first refusal, and after a reset all of them allocate
+/// again.
 #[test]
 fn exhaustion_while_several_threads_allocate() {
+    const WORKERS: usize = 4;
+    const ROUNDS: usize = 3;
+    const PIECE: usize = 8 * 1024;
     let pool = pool("shared-tight", 1 << 20);
-    let mut arena = SharedArena::new(&pool);
-    for _round in 0..3 {
-        let got: Vec<(usize, AllocError)> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..4u8)
-                .map(|t| {
-                    let arena = &arena;
-                    s.spawn(move || {
-                        let mut mine = Vec::new();
-                        loop {
-                            match arena.try_alloc_slice(8 * 1024, t) {
-                                Ok(v) => mine.push(v),
-                                Err(e) => {
-                                    assert!(mine.iter().all(|v| v.iter().all(|&b| b == t)));
-                                    return (mine.len(), e);
-                                }
-                            }
+    let arena = std::sync::RwLock::new(SharedArena::new(&pool));
+    let sync = Barrier::new(WORKERS + 1);
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for t in 0..WORKERS as u8 {
+            let (arena, sync, results) = (&arena, &sync, &results);
+            s.spawn(move || {
+                for _ in 0..ROUNDS {
+                    sync.wait();
+                    let arena = arena.read().unwrap();
+                    let mut mine = Vec::new();
+                    let err = loop {
+                        match arena.try_alloc_slice(PIECE, t) {
+                            Ok(v) => mine.push(v),
+                            Err(e) => break e,
                         }
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        for (_, e) in &got {
-            assert!(
-                matches!(
-                    e,
-                    AllocError::Pool(PoolError::Exhausted {
-                        pool: "shared-tight",
-                        ..
-                    })
-                ),
-                "{e:?}"
-            );
+                    };
+                    assert!(mine.iter().all(|v| v.iter().all(|&b| b == t)));
+                    results.lock().unwrap().push((mine.len(), err));
+                    drop(arena);
+                    sync.wait();
+                }
+            });
         }
-        let total: usize = got.iter().map(|(n, _)| n).sum();
-        assert!(
-            total * 8 * 1024 > (1 << 20) / 2,
-            "the pool was mostly used: {total}"
-        );
-        assert!(pool.stats().exhaustions >= 4);
-        arena.reset();
-        assert_eq!(arena.bytes_used(), 0);
-    }
+        for round in 0..ROUNDS {
+            sync.wait();
+            sync.wait();
+            let got = std::mem::take(&mut *results.lock().unwrap());
+            assert_eq!(got.len(), WORKERS);
+            for (_, e) in &got {
+                assert!(
+                    matches!(
+                        e,
+                        AllocError::Pool(PoolError::Exhausted {
+                            pool: "shared-tight",
+                            ..
+                        })
+                    ),
+                    "{e:?}"
+                );
+            }
+            let total: usize = got.iter().map(|(n, _)| n).sum();
+            assert!(
+                total * PIECE > (1 << 20) * 3 / 4,
+                "round {round}: only {total} pieces of 8 KiB from a 1 MiB pool"
+            );
+            let mut arena = arena.write().unwrap();
+            arena.reset();
+            assert_eq!(arena.bytes_used(), 0);
+        }
+    });
+    assert!(pool.stats().exhaustions >= (WORKERS * ROUNDS) as u64);
 }
 
 /// The calling thread's newest allocation pops and grows in place, whatever the other

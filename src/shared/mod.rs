@@ -15,6 +15,14 @@
 //! that got it. The statistics methods of `SharedArena` itself (`bytes_used`, `stats`, …)
 //! add up every thread's slot.
 //!
+//! The price of a part per thread is memory: after a reset each part keeps the one block
+//! the reset policy chooses, so the arena holds up to a block per thread that ever
+//! allocated. A thread that exits leaves its part to the next new thread; a part nobody
+//! allocates from is trimmed back to `first_block` after `trim_after_resets` resets. This
+//! suits a fixed pool of worker threads (a job system, Bevy's task pools); with threads
+//! that come and go quickly against a small pool, idle parts can hold blocks a new
+//! thread would need.
+//!
 //! [`engine_arena`] and [`game_arena`] are the process-wide shared arenas for engine- and
 //! level-lifetime data.
 
