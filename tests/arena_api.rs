@@ -16,14 +16,8 @@ use std::rc::Rc;
 
 use nebula_memory::{AllocError, ArenaBox, ArenaConfig, MemoryArena, MemoryPool, PoolError};
 
-const KIB: usize = 1024;
-
-fn pool(name: &'static str) -> MemoryPool {
-    MemoryPool::new(name, 64 << 20).unwrap()
-}
-
 mod common;
-use common::panic_message;
+use common::{KIB, panic_message, pool};
 
 /// A 64 KiB pool named "tiny" with 60 KiB taken by another owner, so about 4 KiB is free:
 /// small requests still get a block, a request of 8 KiB finds the pool exhausted.

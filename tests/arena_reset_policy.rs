@@ -11,11 +11,8 @@ use std::alloc::Layout;
 use allocator_api2::vec::Vec as AVec;
 use nebula_memory::{ArenaConfig, MemoryArena, MemoryPool};
 
-const KIB: usize = 1024;
-
-fn pool(name: &'static str) -> MemoryPool {
-    MemoryPool::new(name, 64 << 20).unwrap()
-}
+mod common;
+use common::{KIB, pool};
 
 /// One frame: `300 * scale` allocations of 64..1264 bytes (about 200 KiB per unit of
 /// scale, three times the default first block), alignments 8 / 16 / 64, every byte

@@ -11,10 +11,8 @@ use std::ptr::NonNull;
 
 use nebula_memory::{MemoryBlock, MemoryPool, PoolError, PoolStats};
 
-const HEADER: usize = 32;
-
 mod common;
-use common::panic_message;
+use common::{HEADER, panic_message};
 
 /// The pool works and is consistent: stats add up, with `live` given back it is one free
 /// range again, and a block can be allocated, written and freed.

@@ -30,7 +30,9 @@ use std::ptr::NonNull;
 use nebula_memory::{MemoryBlock, MemoryPool, PoolError};
 use proptest::prelude::*;
 
-const HEADER: usize = 32;
+mod common;
+use common::HEADER;
+
 const NAME: &str = "model";
 /// Longest random program; 80 steps under Miri.
 const MAX_OPS: usize = if cfg!(miri) { 80 } else { 160 };

@@ -12,7 +12,8 @@ use std::sync::{Barrier, Mutex};
 
 use nebula_memory::{MemoryBlock, MemoryPool, PoolError};
 
-const HEADER: usize = 32;
+mod common;
+use common::HEADER;
 
 /// A live block and the seed of its stamp. Blocks are plain memory owned by whoever holds
 /// the handle, so moving one to another thread is fine.

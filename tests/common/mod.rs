@@ -4,6 +4,24 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use nebula_memory::MemoryPool;
+
+pub const KIB: usize = 1024;
+pub const MIB: usize = 1 << 20;
+
+/// The size of a pool block's header: a block's usable bytes start this far after it.
+pub const HEADER: usize = 32;
+
+/// A private 64 MiB pool, so its counters are not disturbed by tests running in parallel.
+pub fn pool(name: &'static str) -> MemoryPool {
+    pool_of(name, 64 * MIB)
+}
+
+/// A private pool of `capacity` bytes.
+pub fn pool_of(name: &'static str, capacity: usize) -> MemoryPool {
+    MemoryPool::new(name, capacity).unwrap()
+}
+
 /// Runs `f`, which must panic, and returns the panic message.
 pub fn panic_message(f: impl FnOnce()) -> String {
     let payload = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
