@@ -13,7 +13,7 @@ use std::sync::{Barrier, Mutex};
 use nebula_memory::{MemoryBlock, MemoryPool, PoolError};
 
 mod common;
-use common::HEADER;
+use common::{HEADER, stamp, verify};
 
 /// A live block and the seed of its stamp. Blocks are plain memory owned by whoever holds
 /// the handle, so moving one to another thread is fine.
@@ -53,36 +53,6 @@ impl Rng {
     }
 }
 
-fn pattern(seed: u64, i: usize) -> u64 {
-    (seed ^ (i as u64).rotate_left(29)).wrapping_mul(0xD6E8_FEB8_6659_FD93)
-}
-
-fn stamp(block: NonNull<MemoryBlock>, seed: u64) {
-    // SAFETY: a live block we own.
-    let header = unsafe { block.as_ref() };
-    assert_eq!(header.data().as_ptr() as usize % 16, 0);
-    let p = MemoryBlock::data_of(block).as_ptr().cast::<u64>();
-    for i in 0..header.capacity() / 8 {
-        // SAFETY: inside the block's usable bytes, which only the holder touches.
-        unsafe { p.add(i).write(pattern(seed, i)) };
-    }
-}
-
-fn verify(block: NonNull<MemoryBlock>, seed: u64) {
-    // SAFETY: a live block we own.
-    let words = unsafe { block.as_ref() }.capacity() / 8;
-    let p = MemoryBlock::data_of(block).as_ptr().cast::<u64>();
-    for i in 0..words {
-        // SAFETY: as in `stamp`.
-        let w = unsafe { p.add(i).read() };
-        assert_eq!(
-            w,
-            pattern(seed, i),
-            "block {block:p} (seed {seed:#x}): word {i} overwritten"
-        );
-    }
-}
-
 /// `n` steps; a fortieth under Miri (every word of every block is stamped and verified).
 fn steps(n: usize) -> usize {
     if cfg!(miri) { n / 40 } else { n }
@@ -112,6 +82,7 @@ fn acquire(pool: &MemoryPool, n: usize, seed: u64, tally: &Tally) -> Option<Held
             let header = unsafe { block.as_ref() };
             assert!(header.capacity() >= n);
             assert_eq!(header.total_size(), header.capacity() + HEADER);
+            assert_eq!(header.data().as_ptr() as usize % 16, 0);
             stamp(block, seed);
             tally.allocations.fetch_add(1, Ordering::Relaxed);
             Some(Held { block, seed })
@@ -130,7 +101,9 @@ fn acquire(pool: &MemoryPool, n: usize, seed: u64, tally: &Tally) -> Option<Held
 }
 
 fn release(pool: &MemoryPool, held: Held, tally: &Tally) {
-    verify(held.block, held.seed);
+    if let Err(e) = verify(held.block, held.seed) {
+        panic!("{e}");
+    }
     // SAFETY: from `pool`, live, not used afterwards.
     unsafe { pool.free_block(held.block) };
     tally.frees.fetch_add(1, Ordering::Relaxed);

@@ -3,8 +3,9 @@
 #![allow(dead_code)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr::NonNull;
 
-use nebula_memory::MemoryPool;
+use nebula_memory::{MemoryBlock, MemoryPool};
 
 pub const KIB: usize = 1024;
 pub const MIB: usize = 1 << 20;
@@ -20,6 +21,43 @@ pub fn pool(name: &'static str) -> MemoryPool {
 /// A private pool of `capacity` bytes.
 pub fn pool_of(name: &'static str, capacity: usize) -> MemoryPool {
     MemoryPool::new(name, capacity).unwrap()
+}
+
+/// Word `i` of the stamp of a block with `seed` (never zero, so a zeroed page shows).
+pub fn pattern(seed: u64, i: usize) -> u64 {
+    (seed ^ (i as u64).rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
+}
+
+/// Writes the stamp of `seed` over the whole capacity of `block`, a live block the caller
+/// owns.
+pub fn stamp(block: NonNull<MemoryBlock>, seed: u64) {
+    // SAFETY: `block` is live and the caller's; its header is only read here.
+    let words = unsafe { block.as_ref() }.capacity() / 8;
+    let p = MemoryBlock::data_of(block).as_ptr().cast::<u64>();
+    for i in 0..words {
+        // SAFETY: `data` is 16-aligned with `capacity` writable bytes that only the caller
+        // uses.
+        unsafe { p.add(i).write(pattern(seed, i)) };
+    }
+}
+
+/// Checks that `block` (live, the caller's) still holds the stamp of `seed` over its whole
+/// capacity; `Err` names the first word overwritten.
+pub fn verify(block: NonNull<MemoryBlock>, seed: u64) -> Result<(), String> {
+    // SAFETY: `block` is live and the caller's.
+    let words = unsafe { block.as_ref() }.capacity() / 8;
+    let p = MemoryBlock::data_of(block).as_ptr().cast::<u64>();
+    for i in 0..words {
+        // SAFETY: as in `stamp`; only the caller uses these bytes.
+        let w = unsafe { p.add(i).read() };
+        let want = pattern(seed, i);
+        if w != want {
+            return Err(format!(
+                "block {block:p} (seed {seed:#x}): word {i} overwritten: {w:#x}, expected {want:#x}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Runs `f`, which must panic, and returns the panic message.
