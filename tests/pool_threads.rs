@@ -13,7 +13,7 @@ use std::sync::{Barrier, Mutex};
 use nebula_memory::{MemoryBlock, MemoryPool, PoolError};
 
 mod common;
-use common::{HEADER, stamp, verify};
+use common::{HEADER, SplitMix64, stamp, verify};
 
 /// A live block and the seed of its stamp. Blocks are plain memory owned by whoever holds
 /// the handle, so moving one to another thread is fine.
@@ -25,33 +25,6 @@ struct Held {
 // SAFETY: a pool block is owned by its holder and has no thread affinity; the pool is
 // `Sync` and accepts `free_block` from any thread.
 unsafe impl Send for Held {}
-
-/// xorshift64*: per-thread fixed-seed sizes and choices.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// Roughly log-uniform in `1..=max`.
-    fn size(&mut self, max: usize) -> usize {
-        let bits = usize::BITS - max.leading_zeros();
-        let cap = 1usize << self.below(bits as usize + 1);
-        1 + self.below(cap.min(max))
-    }
-}
 
 /// `n` steps; a fortieth under Miri (every word of every block is stamped and verified).
 fn steps(n: usize) -> usize {
@@ -148,13 +121,14 @@ fn churn(
     tally: &Tally,
     start: &Barrier,
 ) {
-    let mut rng = Rng::new(thread + 1);
+    // Per-thread fixed-seed sizes and choices.
+    let mut rng = SplitMix64(thread + 1);
     start.wait();
     let mut live: Vec<Held> = Vec::new();
     for step in 0..steps {
         let seed = (thread << 48) ^ step as u64;
         if live.len() < max_live && (live.is_empty() || rng.below(3) != 0) {
-            let n = rng.size(max_size);
+            let n = rng.log_uniform(1, max_size);
             match acquire(pool, n, seed, tally) {
                 Some(h) => live.push(h),
                 // Exhausted: make room.
@@ -240,12 +214,14 @@ fn blocks_released_by_other_threads() {
         for t in 0..THREADS {
             let (pool, tally, bag, start) = (&pool, &tally, &bag, &start);
             s.spawn(move || {
-                let mut rng = Rng::new(100 + t);
+                let mut rng = SplitMix64(100 + t);
                 start.wait();
                 for step in 0..steps(8000) as u64 {
                     let seed = (t << 48) ^ step ^ 0x5555_0000;
                     if rng.below(2) == 0 {
-                        if let Some(h) = acquire(pool, rng.size(max_size(32 << 10)), seed, tally) {
+                        if let Some(h) =
+                            acquire(pool, rng.log_uniform(1, max_size(32 << 10)), seed, tally)
+                        {
                             bag.lock().unwrap().push(h);
                         }
                     } else {
