@@ -17,7 +17,7 @@ use std::rc::Rc;
 use nebula_memory::{AllocError, ArenaBox, ArenaConfig, MemoryArena, MemoryPool, PoolError};
 
 mod common;
-use common::{KIB, panic_message, pool};
+use common::{KIB, assert_drained, panic_message, pool};
 
 /// A 64 KiB pool named "tiny" with 60 KiB taken by another owner, so about 4 KiB is free:
 /// small requests still get a block, a request of 8 KiB finds the pool exhausted.
@@ -27,7 +27,7 @@ fn with_tiny_pool(f: impl FnOnce(&MemoryPool)) {
     f(&pool);
     // SAFETY: from this pool, not used afterwards.
     unsafe { pool.free_block(hog) };
-    assert_eq!(pool.stats().in_use, 0);
+    assert_drained(&pool);
 }
 
 const BIG: usize = 8 * KIB;
@@ -347,7 +347,7 @@ fn exhaustion_then_space_freed_elsewhere() {
     arena.reset();
     assert_eq!(arena.block_count(), 1);
     drop(arena);
-    assert_eq!(pool.stats().in_use, 0);
+    assert_drained(&pool);
 }
 
 #[test]
@@ -462,7 +462,7 @@ fn zero_sized_allocations() {
     assert_eq!(arena.alloc_str(""), "");
     assert_eq!(arena.alloc_fmt(format_args!("")), "");
     assert_eq!((arena.block_count(), arena.bytes_used()), (0, 0));
-    assert_eq!(pool.stats().blocks_in_use, 0);
+    assert_drained(&pool);
 
     // Once there is a block, zero-sized requests are served in it and cost no bytes
     // (beyond alignment padding).
@@ -1027,7 +1027,7 @@ fn heap_fallback_when_the_pool_is_exhausted() {
     drop(arena);
     // SAFETY: from this pool, not used afterwards.
     unsafe { pool.free_block(hog) };
-    assert_eq!(pool.stats().in_use, 0);
+    assert_drained(&pool);
 }
 
 // ------------------------------------------------------------------ Send
@@ -1066,7 +1066,7 @@ fn arenas_move_between_threads() {
     assert_eq!(global.bytes_used(), 14);
     drop(global);
     drop(arena);
-    assert_eq!(pool.stats().in_use, 0);
+    assert_drained(&pool);
 }
 
 // ------------------------------------------------------------------ misc
@@ -1105,9 +1105,7 @@ fn drop_returns_every_block() {
         }
         assert!(pool.stats().blocks_in_use > 1);
     }
-    let s = pool.stats();
-    assert_eq!((s.in_use, s.blocks_in_use, s.free_ranges), (0, 0, 1));
-    assert_eq!(s.allocations, s.frees);
+    assert_drained(&pool);
 }
 
 // ------------------------------------------------------------------ growing below the top

@@ -20,7 +20,7 @@ use std::ptr::NonNull;
 use nebula_memory::{MemoryBlock, MemoryPool, PoolError};
 
 mod common;
-use common::{HEADER, SplitMix64};
+use common::{HEADER, SplitMix64, assert_drained};
 
 const POOL: usize = 64 << 20;
 const MIN_SIZE: usize = 64;
@@ -109,8 +109,7 @@ impl Drop for Pool {
             // SAFETY: from this pool, freed once, not used afterwards.
             unsafe { self.pool.free_block(block) };
         }
-        let s = self.pool.stats();
-        assert_eq!((s.in_use, s.blocks_in_use, s.free_ranges), (0, 0, 1));
+        assert_drained(&self.pool);
     }
 }
 

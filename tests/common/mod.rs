@@ -23,6 +23,22 @@ pub fn pool_of(name: &'static str, capacity: usize) -> MemoryPool {
     MemoryPool::new(name, capacity).unwrap()
 }
 
+/// Asserts that `pool` has nothing in use: no bytes and no blocks (none held back by the
+/// quarantine either), one free range spanning the whole region, and as many frees as
+/// allocations.
+#[track_caller]
+pub fn assert_drained(pool: &MemoryPool) {
+    let s = pool.stats();
+    assert_eq!(
+        (s.in_use, s.blocks_in_use, s.free_ranges, s.quarantined),
+        (0, 0, 1, 0),
+        "in_use, blocks_in_use, free_ranges, quarantined: {s:?}"
+    );
+    assert_eq!(s.free, s.capacity, "{s:?}");
+    assert_eq!(s.largest_free, s.capacity - HEADER, "{s:?}");
+    assert_eq!(s.allocations, s.frees, "{s:?}");
+}
+
 /// Word `i` of the stamp of a block with `seed` (never zero, so a zeroed page shows).
 pub fn pattern(seed: u64, i: usize) -> u64 {
     (seed ^ (i as u64).rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
