@@ -2,8 +2,10 @@
 // Each test binary uses only some of them.
 #![allow(dead_code)]
 
+use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
+use std::rc::Rc;
 
 use nebula_memory::{MemoryBlock, MemoryPool};
 
@@ -74,6 +76,15 @@ pub fn verify(block: NonNull<MemoryBlock>, seed: u64) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A value that counts its drops in a shared cell; the `u64` is a payload to check.
+pub struct Counted(pub Rc<Cell<usize>>, pub u64);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() + 1);
+    }
 }
 
 /// Runs `f`, which must panic, and returns the panic message.
