@@ -15,7 +15,7 @@ use nebula_memory::{
 };
 
 mod common;
-use common::assert_drained;
+use common::{assert_drained, panic_message};
 
 static SCRATCH: Mutex<()> = Mutex::new(());
 
@@ -245,11 +245,7 @@ fn frame_arenas_on_private_pools() {
     // SAFETY: from `Box::into_raw` above; the arenas on `pool` are gone and it is not used
     // again.
     drop(unsafe { Box::from_raw(raw) });
-    let msg = std::panic::catch_unwind(|| FrameArena::new(0)).expect_err("capacity 0");
-    let msg = msg
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .unwrap_or_else(|| msg.downcast_ref::<String>().cloned().unwrap());
+    let msg = panic_message(|| drop(FrameArena::new(0)));
     assert!(msg.contains("> 0"), "{msg}");
 }
 
