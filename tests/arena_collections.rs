@@ -9,20 +9,16 @@ use std::alloc::Layout;
 use allocator_api2::alloc::Allocator;
 use allocator_api2::boxed::Box as ABox;
 use allocator_api2::vec::Vec as AVec;
-use nebula_memory::{ArenaConfig, MemoryArena, MemoryPool};
+use nebula_memory::{ArenaConfig, MemoryArena};
 
-const KIB: usize = 1024;
-const MIB: usize = 1 << 20;
-
-fn pool(name: &'static str) -> MemoryPool {
-    MemoryPool::new(name, 256 << 20).unwrap()
-}
+mod common;
+use common::{KIB, MIB, pool_of};
 
 #[test]
 fn vec_of_a_million_u32() {
     // Under Miri, 20 000 (still several blocks past the 64 KiB first block).
     let n: u32 = if cfg!(miri) { 20_000 } else { 1_000_000 };
-    let pool = pool("vec-1m");
+    let pool = pool_of("vec-1m", 256 * MIB);
     let arena = MemoryArena::new(&pool);
     let mut v = AVec::new_in(&arena);
     for i in 0..n {
@@ -51,7 +47,7 @@ fn top_vector_grows_in_place_while_its_block_has_room() {
     } else {
         (MIB, 100_000, 2_000_000, 10_000)
     };
-    let pool = pool("vec-top");
+    let pool = pool_of("vec-top", 256 * MIB);
     let arena = MemoryArena::with_config(&pool, ArenaConfig::default().first_block(first_block));
     let mut v: AVec<u32, _> = AVec::with_capacity_in(16, &arena);
     let start = v.as_ptr();
@@ -115,7 +111,7 @@ fn hashmap_on_the_arena() {
     } else {
         (100_000u64, 10_000)
     };
-    let pool = pool("hashmap");
+    let pool = pool_of("hashmap", 256 * MIB);
     let arena = MemoryArena::with_config(&pool, ArenaConfig::default().first_block(64 * KIB));
     let mut map = hashbrown::HashMap::new_in(&arena);
     for i in 0..n {
@@ -163,7 +159,7 @@ fn vectors_growing_in_turn_stay_correct() {
     } else {
         (20_000, 500)
     };
-    let pool = pool("interleaved");
+    let pool = pool_of("interleaved", 256 * MIB);
     let arena = MemoryArena::with_config(&pool, ArenaConfig::default().first_block(16 * KIB));
     let mut vecs: Vec<AVec<u32, &MemoryArena>> = (0..8).map(|_| AVec::new_in(&arena)).collect();
     let mut bytes: AVec<u8, _> = AVec::new_in(&arena);
@@ -222,7 +218,7 @@ impl<T, I: Iterator<Item = T>> CollectIn<T> for I {
 
 #[test]
 fn boxes_on_the_arena() {
-    let pool = pool("boxes");
+    let pool = pool_of("boxes", 256 * MIB);
     let arena = MemoryArena::new(&pool);
     let used = arena.bytes_used();
     let b = ABox::new_in([7u64; 32], &arena);
@@ -235,7 +231,7 @@ fn boxes_on_the_arena() {
 
 #[test]
 fn allocator_methods_directly() {
-    let pool = pool("alloc-api");
+    let pool = pool_of("alloc-api", 256 * MIB);
     let arena = MemoryArena::new(&pool);
     let a = &arena;
     let l64 = Layout::from_size_align(64, 8).unwrap();

@@ -33,6 +33,9 @@ use std::sync::LazyLock;
 use nebula_memory::{ArenaConfig, Checkpoint, MemoryArena, MemoryPool};
 use proptest::prelude::*;
 
+mod common;
+use common::assert_drained;
+
 /// Largest first block; 16 KiB under Miri (fresh bytes are checked one by one).
 const MAX_FIRST: usize = if cfg!(miri) { 16 * 1024 } else { 64 * 1024 };
 /// Longest program; 100 steps under Miri.
@@ -545,13 +548,8 @@ fn run(config: ArenaConfig, ops: &[Op]) {
         model.reset();
         model.check();
     }
-    let stats = pool.stats();
-    assert_eq!(
-        stats.in_use, 0,
-        "blocks left in the pool after the arena was dropped"
-    );
-    assert_eq!(stats.free_ranges, 1);
-    assert_eq!(stats.allocations, stats.frees);
+    // No blocks left in the pool after the arena was dropped.
+    assert_drained(&pool);
 }
 
 /// 256 cases (about a second in a debug build); `PROPTEST_CASES=N` runs more.

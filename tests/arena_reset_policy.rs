@@ -11,11 +11,8 @@ use std::alloc::Layout;
 use allocator_api2::vec::Vec as AVec;
 use nebula_memory::{ArenaConfig, MemoryArena, MemoryPool};
 
-const KIB: usize = 1024;
-
-fn pool(name: &'static str) -> MemoryPool {
-    MemoryPool::new(name, 64 << 20).unwrap()
-}
+mod common;
+use common::{KIB, assert_drained, pool};
 
 /// One frame: `300 * scale` allocations of 64..1264 bytes (about 200 KiB per unit of
 /// scale, three times the default first block), alignments 8 / 16 / 64, every byte
@@ -84,8 +81,7 @@ fn steady_frames_do_no_pool_operations_after_warm_up() {
         );
         assert_eq!(pool.stats().in_use, arena.bytes_held());
         drop(arena);
-        let s = pool.stats();
-        assert_eq!((s.in_use, s.blocks_in_use, s.free_ranges), (0, 0, 1));
+        assert_drained(&pool);
     }
 }
 
@@ -176,12 +172,8 @@ fn spike_then_quiet(config: ArenaConfig, quiet: usize) -> (usize, usize, Vec<usi
     }
     assert_eq!(pool.stats().in_use, arena.bytes_held());
     drop(arena);
-    let s = pool.stats();
-    assert_eq!(
-        (s.in_use, s.blocks_in_use, s.free_ranges),
-        (0, 0, 1),
-        "every block is back in the pool after drop"
-    );
+    // Every block is back in the pool after drop.
+    assert_drained(&pool);
     (steady, spiked, held)
 }
 
@@ -277,7 +269,5 @@ fn drop_gives_every_block_back() {
         arena.reset();
         frame(&arena, 5);
     }
-    let s = pool.stats();
-    assert_eq!((s.in_use, s.blocks_in_use, s.free_ranges), (0, 0, 1));
-    assert_eq!(s.allocations, s.frees);
+    assert_drained(&pool);
 }

@@ -7,11 +7,10 @@
 //! data checked below would show either if a rewind freed too much.
 
 use allocator_api2::vec::Vec as AVec;
-use nebula_memory::{ArenaConfig, MemoryArena, MemoryPool};
+use nebula_memory::{ArenaConfig, MemoryArena};
 
-fn pool(name: &'static str) -> MemoryPool {
-    MemoryPool::new(name, 16 << 20).unwrap()
-}
+mod common;
+use common::pool;
 
 /// The case: take a checkpoint, drop a collection whose buffer was the top before
 /// the checkpoint (its `deallocate` pops it), then rewind.

@@ -1,12 +1,11 @@
 //! `DoubleBufferedArena` and `FrameHandle`: frame N's data is readable through frame N+1,
 //! then refused; handles of another arena are refused; stores from many threads at once.
 
-use nebula_memory::{DoubleBufferedArena, FrameHandle, MemoryPool};
+use nebula_memory::{DoubleBufferedArena, FrameHandle};
 use proptest::prelude::*;
 
-fn pool(name: &'static str) -> MemoryPool {
-    MemoryPool::new(name, 64 << 20).unwrap()
-}
+mod common;
+use common::pool;
 
 #[derive(Clone, Debug)]
 enum Op {

@@ -14,6 +14,9 @@ use nebula_memory::{
     thread_arena_reset, thread_arena_stats,
 };
 
+mod common;
+use common::{assert_drained, panic_message};
+
 static SCRATCH: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
@@ -238,16 +241,11 @@ fn frame_arenas_on_private_pools() {
     ));
     drop(big);
     drop(arena);
-    let s = pool.stats();
-    assert_eq!((s.in_use, s.blocks_in_use, s.free_ranges), (0, 0, 1));
+    assert_drained(pool);
     // SAFETY: from `Box::into_raw` above; the arenas on `pool` are gone and it is not used
     // again.
     drop(unsafe { Box::from_raw(raw) });
-    let msg = std::panic::catch_unwind(|| FrameArena::new(0)).expect_err("capacity 0");
-    let msg = msg
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .unwrap_or_else(|| msg.downcast_ref::<String>().cloned().unwrap());
+    let msg = panic_message(|| drop(FrameArena::new(0)));
     assert!(msg.contains("> 0"), "{msg}");
 }
 

@@ -20,7 +20,7 @@ use std::ptr::NonNull;
 use nebula_memory::{MemoryBlock, MemoryPool, PoolError};
 
 mod common;
-use common::SplitMix64;
+use common::{HEADER, SplitMix64, assert_drained};
 
 const POOL: usize = 64 << 20;
 const MIN_SIZE: usize = 64;
@@ -31,9 +31,9 @@ const MAX_SIZE: usize = 64 << 10;
 const P_ALLOC: f64 = 0.55;
 const SEEDS: [u64; 8] = [1, 2, 3, 0xDEAD_BEEF, 42, 7777, 0x1234_5678_9ABC, 99];
 
-/// The pool's block geometry: a 32-byte header, usable bytes in multiples of 16, at least
-/// 48 bytes in all, and a remainder is split off only when it can hold a block itself.
-const HEADER: usize = 32;
+/// The pool's block geometry: a 32-byte header (`HEADER`), usable bytes in multiples of 16,
+/// at least 48 bytes in all, and a remainder is split off only when it can hold a block
+/// itself.
 const MIN_BLOCK: usize = 48;
 
 /// An allocator whose only job is to request sizes in a reproducible order.
@@ -109,8 +109,7 @@ impl Drop for Pool {
             // SAFETY: from this pool, freed once, not used afterwards.
             unsafe { self.pool.free_block(block) };
         }
-        let s = self.pool.stats();
-        assert_eq!((s.in_use, s.blocks_in_use, s.free_ranges), (0, 0, 1));
+        assert_drained(&self.pool);
     }
 }
 

@@ -11,10 +11,8 @@ use std::ptr::NonNull;
 
 use nebula_memory::{MemoryBlock, MemoryPool, PoolError, PoolStats};
 
-const HEADER: usize = 32;
-
 mod common;
-use common::panic_message;
+use common::{HEADER, assert_drained, panic_message};
 
 /// The pool works and is consistent: stats add up, with `live` given back it is one free
 /// range again, and a block can be allocated, written and freed.
@@ -26,13 +24,7 @@ fn assert_usable(pool: &MemoryPool, live: &[NonNull<MemoryBlock>]) {
         // SAFETY: each is a live block of `pool`, freed once here.
         unsafe { pool.free_block(b) };
     }
-    let s = pool.stats();
-    assert_eq!(
-        (s.in_use, s.blocks_in_use, s.free_ranges),
-        (0, 0, 1),
-        "{s:?}"
-    );
-    assert_eq!(s.largest_free, s.capacity - HEADER);
+    assert_drained(pool);
     let b = pool.allocate_block(1000).unwrap();
     // SAFETY: a live block of `pool` with at least 1000 usable bytes.
     unsafe { MemoryBlock::data_of(b).as_ptr().write_bytes(0x5A, 1000) };

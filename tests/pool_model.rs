@@ -30,7 +30,14 @@ use std::ptr::NonNull;
 use nebula_memory::{MemoryBlock, MemoryPool, PoolError};
 use proptest::prelude::*;
 
-const HEADER: usize = 32;
+mod common;
+use common::{HEADER, assert_drained, stamp};
+
+/// `common::verify` as a proptest failure.
+fn verify(block: NonNull<MemoryBlock>, seed: u64) -> Result<(), TestCaseError> {
+    common::verify(block, seed).map_err(TestCaseError::fail)
+}
+
 const NAME: &str = "model";
 /// Longest random program; 80 steps under Miri.
 const MAX_OPS: usize = if cfg!(miri) { 80 } else { 160 };
@@ -114,39 +121,6 @@ fn resolve(spec: &SizeSpec, capacity: usize) -> usize {
         SizeSpec::Large(x) => in_range(x, 1, capacity / 4 * 3),
         SizeSpec::Edge(x) => in_range(x, capacity - HEADER - 64, capacity + 64),
     }
-}
-
-/// Word `i` of the stamp of the block with `seed`.
-fn pattern(seed: u64, i: usize) -> u64 {
-    (seed ^ (i as u64).rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
-}
-
-fn stamp(block: NonNull<MemoryBlock>, seed: u64) {
-    // SAFETY: `block` is live and ours; its header is only read here.
-    let words = unsafe { block.as_ref() }.capacity() / 8;
-    let p = MemoryBlock::data_of(block).as_ptr().cast::<u64>();
-    for i in 0..words {
-        // SAFETY: `data` is 16-aligned with `capacity` writable bytes that only we use.
-        unsafe { p.add(i).write(pattern(seed, i)) };
-    }
-}
-
-fn verify(block: NonNull<MemoryBlock>, seed: u64) -> Result<(), TestCaseError> {
-    // SAFETY: `block` is live and ours.
-    let words = unsafe { block.as_ref() }.capacity() / 8;
-    let p = MemoryBlock::data_of(block).as_ptr().cast::<u64>();
-    for i in 0..words {
-        // SAFETY: as in `stamp`; only we use these bytes.
-        let w = unsafe { p.add(i).read() };
-        prop_assert_eq!(
-            w,
-            pattern(seed, i),
-            "block {:p}: word {} overwritten",
-            block,
-            i
-        );
-    }
-    Ok(())
 }
 
 struct Live {
@@ -606,9 +580,6 @@ fn largest_free_looks_past_the_head_of_a_class() {
         // SAFETY: live blocks of this pool, each freed once, not used afterwards.
         unsafe { pool.free_block(b) };
     }
-    let s = pool.stats();
-    assert_eq!(
-        (s.in_use, s.free_ranges, s.largest_free),
-        (0, 1, (1 << 20) - HEADER)
-    );
+    assert_drained(&pool);
+    assert_eq!(pool.stats().largest_free, (1 << 20) - HEADER);
 }

@@ -14,6 +14,9 @@ use std::time::Duration;
 
 use nebula_memory::{MemoryBlock, MemoryPool};
 
+mod common;
+use common::assert_drained;
+
 const MIB: usize = 1 << 20;
 /// Allowance for unrelated RSS movement (the test harness, the allocator, page tables of
 /// the statm read) and for the partial pages at the edges of free ranges.
@@ -101,8 +104,7 @@ fn free_all(pool: &MemoryPool, mut blocks: Vec<NonNull<MemoryBlock>>) {
         // SAFETY: a live block of `pool`, freed once, not used afterwards.
         unsafe { pool.free_block(b) };
     }
-    let s = pool.stats();
-    assert_eq!((s.in_use, s.blocks_in_use, s.free_ranges), (0, 0, 1));
+    assert_drained(pool);
 }
 
 #[test]

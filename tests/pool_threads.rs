@@ -12,7 +12,8 @@ use std::sync::{Barrier, Mutex};
 
 use nebula_memory::{MemoryBlock, MemoryPool, PoolError};
 
-const HEADER: usize = 32;
+mod common;
+use common::{HEADER, SplitMix64, assert_drained, stamp, verify};
 
 /// A live block and the seed of its stamp. Blocks are plain memory owned by whoever holds
 /// the handle, so moving one to another thread is fine.
@@ -24,63 +25,6 @@ struct Held {
 // SAFETY: a pool block is owned by its holder and has no thread affinity; the pool is
 // `Sync` and accepts `free_block` from any thread.
 unsafe impl Send for Held {}
-
-/// xorshift64*: per-thread fixed-seed sizes and choices.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// Roughly log-uniform in `1..=max`.
-    fn size(&mut self, max: usize) -> usize {
-        let bits = usize::BITS - max.leading_zeros();
-        let cap = 1usize << self.below(bits as usize + 1);
-        1 + self.below(cap.min(max))
-    }
-}
-
-fn pattern(seed: u64, i: usize) -> u64 {
-    (seed ^ (i as u64).rotate_left(29)).wrapping_mul(0xD6E8_FEB8_6659_FD93)
-}
-
-fn stamp(block: NonNull<MemoryBlock>, seed: u64) {
-    // SAFETY: a live block we own.
-    let header = unsafe { block.as_ref() };
-    assert_eq!(header.data().as_ptr() as usize % 16, 0);
-    let p = MemoryBlock::data_of(block).as_ptr().cast::<u64>();
-    for i in 0..header.capacity() / 8 {
-        // SAFETY: inside the block's usable bytes, which only the holder touches.
-        unsafe { p.add(i).write(pattern(seed, i)) };
-    }
-}
-
-fn verify(block: NonNull<MemoryBlock>, seed: u64) {
-    // SAFETY: a live block we own.
-    let words = unsafe { block.as_ref() }.capacity() / 8;
-    let p = MemoryBlock::data_of(block).as_ptr().cast::<u64>();
-    for i in 0..words {
-        // SAFETY: as in `stamp`.
-        let w = unsafe { p.add(i).read() };
-        assert_eq!(
-            w,
-            pattern(seed, i),
-            "block {block:p} (seed {seed:#x}): word {i} overwritten"
-        );
-    }
-}
 
 /// `n` steps; a fortieth under Miri (every word of every block is stamped and verified).
 fn steps(n: usize) -> usize {
@@ -111,6 +55,7 @@ fn acquire(pool: &MemoryPool, n: usize, seed: u64, tally: &Tally) -> Option<Held
             let header = unsafe { block.as_ref() };
             assert!(header.capacity() >= n);
             assert_eq!(header.total_size(), header.capacity() + HEADER);
+            assert_eq!(header.data().as_ptr() as usize % 16, 0);
             stamp(block, seed);
             tally.allocations.fetch_add(1, Ordering::Relaxed);
             Some(Held { block, seed })
@@ -129,7 +74,9 @@ fn acquire(pool: &MemoryPool, n: usize, seed: u64, tally: &Tally) -> Option<Held
 }
 
 fn release(pool: &MemoryPool, held: Held, tally: &Tally) {
-    verify(held.block, held.seed);
+    if let Err(e) = verify(held.block, held.seed) {
+        panic!("{e}");
+    }
     // SAFETY: from `pool`, live, not used afterwards.
     unsafe { pool.free_block(held.block) };
     tally.frees.fetch_add(1, Ordering::Relaxed);
@@ -144,17 +91,10 @@ fn check_snapshot(pool: &MemoryPool) {
 }
 
 fn check_drained(pool: &MemoryPool, tally: &Tally) {
+    assert_drained(pool);
     let s = pool.stats();
-    assert_eq!(
-        (s.in_use, s.blocks_in_use, s.free_ranges),
-        (0, 0, 1),
-        "{s:?}"
-    );
-    assert_eq!(s.free, s.capacity);
-    assert_eq!(s.largest_free, s.capacity - HEADER);
     assert_eq!(s.allocations, tally.allocations.load(Ordering::Relaxed));
     assert_eq!(s.frees, tally.frees.load(Ordering::Relaxed));
-    assert_eq!(s.allocations, s.frees);
     assert_eq!(s.exhaustions, tally.exhaustions.load(Ordering::Relaxed));
     assert!(s.high_watermark > 0 && s.high_watermark <= s.capacity);
     // Fully coalesced: the whole region is one block again.
@@ -174,13 +114,14 @@ fn churn(
     tally: &Tally,
     start: &Barrier,
 ) {
-    let mut rng = Rng::new(thread + 1);
+    // Per-thread fixed-seed sizes and choices.
+    let mut rng = SplitMix64(thread + 1);
     start.wait();
     let mut live: Vec<Held> = Vec::new();
     for step in 0..steps {
         let seed = (thread << 48) ^ step as u64;
         if live.len() < max_live && (live.is_empty() || rng.below(3) != 0) {
-            let n = rng.size(max_size);
+            let n = rng.log_uniform(1, max_size);
             match acquire(pool, n, seed, tally) {
                 Some(h) => live.push(h),
                 // Exhausted: make room.
@@ -266,12 +207,14 @@ fn blocks_released_by_other_threads() {
         for t in 0..THREADS {
             let (pool, tally, bag, start) = (&pool, &tally, &bag, &start);
             s.spawn(move || {
-                let mut rng = Rng::new(100 + t);
+                let mut rng = SplitMix64(100 + t);
                 start.wait();
                 for step in 0..steps(8000) as u64 {
                     let seed = (t << 48) ^ step ^ 0x5555_0000;
                     if rng.below(2) == 0 {
-                        if let Some(h) = acquire(pool, rng.size(max_size(32 << 10)), seed, tally) {
+                        if let Some(h) =
+                            acquire(pool, rng.log_uniform(1, max_size(32 << 10)), seed, tally)
+                        {
                             bag.lock().unwrap().push(h);
                         }
                     } else {

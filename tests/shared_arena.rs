@@ -5,19 +5,15 @@ use std::alloc::Layout;
 use std::sync::Barrier;
 
 use allocator_api2::vec::Vec as AVec;
-use nebula_memory::{AllocError, MemoryPool, PoolError, SharedArena};
+use nebula_memory::{AllocError, PoolError, SharedArena};
 
 mod common;
-use common::SplitMix64;
+use common::{MIB, SplitMix64, assert_drained, pool_of};
 
 const THREADS: usize = 8;
 
-fn pool(name: &'static str, capacity: usize) -> MemoryPool {
-    MemoryPool::new(name, capacity).unwrap()
-}
-
 /// Byte `i` of allocation `n` of thread `t`.
-fn stamp(t: usize, n: usize, i: usize) -> u8 {
+fn byte_of(t: usize, n: usize, i: usize) -> u8 {
     (t.wrapping_mul(131) ^ n.wrapping_mul(31) ^ i) as u8
 }
 
@@ -26,7 +22,7 @@ fn stamp(t: usize, n: usize, i: usize) -> u8 {
 #[test]
 fn eight_threads_allocate_at_once_without_overlap() {
     let per_thread = if cfg!(miri) { 50 } else { 5_000 };
-    let pool = pool("shared-8", 256 << 20);
+    let pool = pool_of("shared-8", 256 * MIB);
     let arena = SharedArena::new(&pool);
     let start = Barrier::new(THREADS);
     let all: Vec<Vec<(usize, usize)>> = std::thread::scope(|s| {
@@ -40,7 +36,7 @@ fn eight_threads_allocate_at_once_without_overlap() {
                         .map(|n| {
                             let len = 1 + rng.below(300);
                             // Align 1: no padding, so `bytes_used` is exactly the sum.
-                            let bytes = arena.alloc_slice_fill_with(len, |i| stamp(t, n, i));
+                            let bytes = arena.alloc_slice_fill_with(len, |i| byte_of(t, n, i));
                             (bytes.as_ptr() as usize, len)
                         })
                         .collect()
@@ -55,7 +51,10 @@ fn eight_threads_allocate_at_once_without_overlap() {
             // SAFETY: allocated above from `arena`, which is alive and was not reset.
             let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
             assert!(
-                bytes.iter().enumerate().all(|(i, &b)| b == stamp(t, n, i)),
+                bytes
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == byte_of(t, n, i)),
                 "allocation {n} of thread {t} was overwritten"
             );
             spans.push((addr, len));
@@ -79,7 +78,7 @@ fn eight_threads_allocate_at_once_without_overlap() {
 #[test]
 fn collections_from_several_threads() {
     let n: u32 = if cfg!(miri) { 200 } else { 20_000 };
-    let pool = pool("shared-collections", 64 << 20);
+    let pool = pool_of("shared-collections", 64 * MIB);
     let arena = SharedArena::new(&pool);
     std::thread::scope(|s| {
         for t in 0..4u32 {
@@ -116,7 +115,7 @@ fn collections_from_several_threads() {
 fn rounds_of_parallel_allocation_and_reset_keep_pool_usage_flat() {
     const WORKERS: usize = 4;
     let rounds = if cfg!(miri) { 6 } else { 300 };
-    let pool = pool("shared-rounds", 64 << 20);
+    let pool = pool_of("shared-rounds", 64 * MIB);
     // Workers allocate under the read lock; the main thread resets under the write lock.
     let arena = std::sync::RwLock::new(SharedArena::new(&pool));
     let sync = Barrier::new(WORKERS + 1);
@@ -155,12 +154,7 @@ fn rounds_of_parallel_allocation_and_reset_keep_pool_usage_flat() {
         "pool usage and traffic change after warm-up: {warm:?}"
     );
     drop(arena);
-    let s = pool.stats();
-    assert_eq!(
-        (s.in_use, s.blocks_in_use),
-        (0, 0),
-        "drop gives every block back"
-    );
+    assert_drained(&pool); // drop gives every block back
 }
 
 /// A pool exhausted while several threads (a fixed set of workers) allocate: each
@@ -172,7 +166,7 @@ fn exhaustion_while_several_threads_allocate() {
     const WORKERS: usize = 4;
     const ROUNDS: usize = 3;
     const PIECE: usize = 8 * 1024;
-    let pool = pool("shared-tight", 1 << 20);
+    let pool = pool_of("shared-tight", MIB);
     let arena = std::sync::RwLock::new(SharedArena::new(&pool));
     let sync = Barrier::new(WORKERS + 1);
     let results = std::sync::Mutex::new(Vec::new());
@@ -231,7 +225,7 @@ fn exhaustion_while_several_threads_allocate() {
 /// threads do; a pop from another thread is a no-op.
 #[test]
 fn the_calling_threads_top_pops_and_grows_in_place() {
-    let pool = pool("shared-top", 16 << 20);
+    let pool = pool_of("shared-top", 16 * MIB);
     let arena = SharedArena::new(&pool);
     let layout = Layout::from_size_align(64, 8).unwrap();
     let p = arena.alloc(layout);
@@ -266,7 +260,7 @@ fn the_calling_threads_top_pops_and_grows_in_place() {
 /// part stays in the arena, to be taken over by a later thread).
 #[test]
 fn allocations_outlive_the_threads_that_made_them() {
-    let pool = pool("shared-exited", 16 << 20);
+    let pool = pool_of("shared-exited", 16 * MIB);
     let arena = SharedArena::new(&pool);
     let values: Vec<&u32> = (0..5u32)
         .map(|i| std::thread::scope(|s| s.spawn(|| &*arena.alloc_val(i)).join().unwrap()))

@@ -18,7 +18,7 @@ use allocator_api2::vec::Vec as AVec;
 use nebula_memory::{ArenaConfig, MemoryArena, MemoryPool};
 
 mod common;
-use common::SplitMix64;
+use common::{SplitMix64, assert_drained};
 
 #[cfg(target_os = "linux")]
 fn rss_bytes() -> usize {
@@ -163,11 +163,5 @@ fn soak_100k_frames_stays_flat_and_gives_everything_back() {
 
     drop(arena);
     drop(scratch);
-    let s = pool.stats();
-    assert_eq!(
-        (s.in_use, s.blocks_in_use, s.free_ranges),
-        (0, 0, 1),
-        "{s:?}"
-    );
-    assert_eq!(s.allocations, s.frees);
+    assert_drained(&pool);
 }

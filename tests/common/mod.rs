@@ -2,7 +2,90 @@
 // Each test binary uses only some of them.
 #![allow(dead_code)]
 
+use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr::NonNull;
+use std::rc::Rc;
+
+use nebula_memory::{MemoryBlock, MemoryPool};
+
+pub const KIB: usize = 1024;
+pub const MIB: usize = 1 << 20;
+
+/// The size of a pool block's header: a block's usable bytes start this far after it.
+pub const HEADER: usize = 32;
+
+/// A private 64 MiB pool, so its counters are not disturbed by tests running in parallel.
+pub fn pool(name: &'static str) -> MemoryPool {
+    pool_of(name, 64 * MIB)
+}
+
+/// A private pool of `capacity` bytes.
+pub fn pool_of(name: &'static str, capacity: usize) -> MemoryPool {
+    MemoryPool::new(name, capacity).unwrap()
+}
+
+/// Asserts that `pool` has nothing in use: no bytes and no blocks (none held back by the
+/// quarantine either), one free range spanning the whole region, and as many frees as
+/// allocations.
+#[track_caller]
+pub fn assert_drained(pool: &MemoryPool) {
+    let s = pool.stats();
+    assert_eq!(
+        (s.in_use, s.blocks_in_use, s.free_ranges, s.quarantined),
+        (0, 0, 1, 0),
+        "in_use, blocks_in_use, free_ranges, quarantined: {s:?}"
+    );
+    assert_eq!(s.free, s.capacity, "{s:?}");
+    assert_eq!(s.largest_free, s.capacity - HEADER, "{s:?}");
+    assert_eq!(s.allocations, s.frees, "{s:?}");
+}
+
+/// Word `i` of the stamp of a block with `seed` (never zero, so a zeroed page shows).
+pub fn pattern(seed: u64, i: usize) -> u64 {
+    (seed ^ (i as u64).rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
+}
+
+/// Writes the stamp of `seed` over the whole capacity of `block`, a live block the caller
+/// owns.
+pub fn stamp(block: NonNull<MemoryBlock>, seed: u64) {
+    // SAFETY: `block` is live and the caller's; its header is only read here.
+    let words = unsafe { block.as_ref() }.capacity() / 8;
+    let p = MemoryBlock::data_of(block).as_ptr().cast::<u64>();
+    for i in 0..words {
+        // SAFETY: `data` is 16-aligned with `capacity` writable bytes that only the caller
+        // uses.
+        unsafe { p.add(i).write(pattern(seed, i)) };
+    }
+}
+
+/// Checks that `block` (live, the caller's) still holds the stamp of `seed` over its whole
+/// capacity; `Err` names the first word overwritten.
+pub fn verify(block: NonNull<MemoryBlock>, seed: u64) -> Result<(), String> {
+    // SAFETY: `block` is live and the caller's.
+    let words = unsafe { block.as_ref() }.capacity() / 8;
+    let p = MemoryBlock::data_of(block).as_ptr().cast::<u64>();
+    for i in 0..words {
+        // SAFETY: as in `stamp`; only the caller uses these bytes.
+        let w = unsafe { p.add(i).read() };
+        let want = pattern(seed, i);
+        if w != want {
+            return Err(format!(
+                "block {block:p} (seed {seed:#x}): word {i} overwritten: {w:#x}, expected {want:#x}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A value that counts its drops in a shared cell; the `u64` is a payload to check.
+pub struct Counted(pub Rc<Cell<usize>>, pub u64);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() + 1);
+    }
+}
 
 /// Runs `f`, which must panic, and returns the panic message.
 pub fn panic_message(f: impl FnOnce()) -> String {
