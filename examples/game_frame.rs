@@ -67,7 +67,7 @@ fn main() {
         let label = frame_arena.alloc_fmt(format_args!("frame {frame}: {visible} visible"));
         checksum += label.len() as f32 + particles[count - 1].pos[1];
 
-        // Seed 000's per-thread frame arena.
+        // The per-thread frame arena.
         let p = thread_arena_alloc(Layout::new::<[u64; 64]>()).expect("thread arena has room");
         black_box(p);
 

@@ -1,5 +1,6 @@
-//! `FrameArena` (seed 000's API on a scratch-pool block) and the per-thread frame arena
-//! (`thread_arena_alloc` / `thread_arena_reset` / `thread_arena_stats`).
+//! `FrameArena` (the fixed-capacity frame arena API, on a scratch-pool block) and the
+//! per-thread frame arena (`thread_arena_alloc` / `thread_arena_reset` /
+//! `thread_arena_stats`).
 //!
 //! Every test here counts blocks of the global scratch pool, so they are serialised by one
 //! lock, and none of them gives the test-harness thread itself a thread arena (its block

@@ -1,7 +1,8 @@
-//! Seed 000's eight `FrameArena` unit tests, verbatim (inside `mod tests`, as the seed
-//! wrote them); `use super::*` brings in the crate's `FrameArena`.
+//! The eight unit tests of the original `FrameArena` design this crate's API comes from,
+//! verbatim (inside `mod tests`, as they were written); `use super::*` brings in the
+//! crate's `FrameArena`, so they check that the API and its behaviour are kept.
 
-// The seed checks `NonNull::as_ptr` for null; kept verbatim.
+// The original tests check `NonNull::as_ptr` for null; kept verbatim.
 #![allow(useless_ptr_null_checks)]
 
 #[allow(unused_imports)]
