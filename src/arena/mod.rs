@@ -368,8 +368,12 @@ impl<'pool> MemoryArena<'pool> {
             // stop counting as used.
             debug_assert_ne!(self.cursor.start(), old_start);
             self.note_peak();
-            // SAFETY: the old block is now the one before the current one, and its fill
-            // ends with the dead old allocation.
+            // SAFETY: the request did not fit in the old block, so `try_alloc` entered the
+            // block linked right after it, which makes the old block the one before the
+            // current one. Its recorded fill ends exactly at the end of the dead old
+            // allocation: it was the top, and no colour line was skipped (a top that does not
+            // fit in place leaves less than `new_size` in the block, short of what `colour`
+            // needs).
             unsafe {
                 self.chain
                     .lock()

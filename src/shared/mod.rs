@@ -188,9 +188,8 @@ impl<'pool> SharedArena<'pool> {
         let slot = self
             .slots
             .get_or(|| Slot(MemoryArena::with_config(self.pool, self.config)));
-        // During thread teardown the cache may be gone already: then it is simply not
-        // updated.
-        let _ = LAST.try_with(|last| last.set((self.id, ptr::from_ref(slot).cast())));
+        // `LAST` has no destructor, so it stays accessible even while the thread exits.
+        LAST.set((self.id, ptr::from_ref(slot).cast()));
         &slot.0
     }
 
