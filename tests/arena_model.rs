@@ -560,17 +560,9 @@ fn cases() -> u32 {
         .unwrap_or(if cfg!(miri) { 4 } else { 256 })
 }
 
-/// Under Miri, no failure-persistence file: isolation forbids the `getcwd` it needs.
+/// `cases()` cases; under Miri no failure-persistence file.
 fn proptest_config() -> ProptestConfig {
-    let config = ProptestConfig::with_cases(cases());
-    if cfg!(miri) {
-        ProptestConfig {
-            failure_persistence: None,
-            ..config
-        }
-    } else {
-        config
-    }
+    common::proptest_config(cases())
 }
 
 proptest! {

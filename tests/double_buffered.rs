@@ -31,7 +31,7 @@ enum Stored {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 256 }))]
+    #![proptest_config(common::proptest_config(256))]
 
     /// A model of random stores, swaps and reads: a handle reads back its value exactly
     /// while the frame it was stored in is the current or the previous one, and `None`

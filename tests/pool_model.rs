@@ -501,21 +501,9 @@ fn run(
     Ok(())
 }
 
-/// 128 cases. Under Miri `PROPTEST_CASES` (default 4) and no failure-persistence file
-/// (isolation forbids the `getcwd` it needs).
+/// 128 cases (fewer under Miri).
 fn proptest_config() -> ProptestConfig {
-    if cfg!(miri) {
-        let cases = std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(4);
-        ProptestConfig {
-            failure_persistence: None,
-            ..ProptestConfig::with_cases(cases)
-        }
-    } else {
-        ProptestConfig::with_cases(128)
-    }
+    common::proptest_config(128)
 }
 
 proptest! {

@@ -129,9 +129,9 @@ fuzz_target!(|data: &[u8]| {
                     // SAFETY: if popped, the model forgets it.
                     let popped = unsafe { arena.pop(NonNull::new(a.ptr).unwrap(), layout) };
                     if popped {
+                        // Marks taken after `a` are now ahead of the position; they stay, and
+                        // rewinding to one must change nothing (nothing after it is alive).
                         live.remove(i);
-                        // The position fell below marks taken after `a`: they are gone.
-                        marks.retain(|&(_, at)| at <= a.seq);
                     }
                 }
             }
@@ -151,9 +151,8 @@ fuzz_target!(|data: &[u8]| {
                     assert!(bytes.iter().all(|&x| x == a.stamp), "realloc lost bytes");
                     live.remove(i);
                     no_overlap(&live, q.as_ptr(), new_size);
-                    // Resizing moves the position (in place or by a new allocation and a
-                    // pop): marks taken after `a` are gone, and the result counts as new.
-                    marks.retain(|&(_, at)| at <= a.seq);
+                    // The result counts as new: a rewind to any mark taken after `a` kills it
+                    // (the position may now be above or below such a mark; either is legal).
                     let b = Alloc { ptr: q.as_ptr(), size: new_size, stamp, seq };
                     seq += 1;
                     fill(&b);
@@ -166,6 +165,10 @@ fuzz_target!(|data: &[u8]| {
                     // SAFETY: the model drops everything made after the mark.
                     unsafe { arena.rewind(mark) };
                     live.retain(|a| a.seq < at);
+                    // Whatever was below the mark is intact (also when the mark was ahead).
+                    for a in &live {
+                        check(a);
+                    }
                 }
             }
             7 => {

@@ -256,7 +256,12 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 16 } else { 4096 }))]
+        // Under Miri, few cases and no failure-persistence file (isolation forbids the
+        // `getcwd` it needs).
+        #![proptest_config(ProptestConfig {
+            failure_persistence: if cfg!(miri) { None } else { ProptestConfig::default().failure_persistence },
+            ..ProptestConfig::with_cases(if cfg!(miri) { 16 } else { 4096 })
+        })]
 
         #[test]
         fn fit_matches_the_model(

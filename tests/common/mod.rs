@@ -127,3 +127,20 @@ impl SplitMix64 {
         ((l + (h - l) * self.next_f64()).exp() as usize).clamp(lo, hi)
     }
 }
+
+/// A proptest configuration of `cases` cases; under Miri `PROPTEST_CASES` cases (default 4)
+/// and no failure-persistence file (Miri's isolation forbids the `getcwd` it needs).
+pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    if cfg!(miri) {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(4);
+        proptest::test_runner::Config {
+            failure_persistence: None,
+            ..proptest::test_runner::Config::with_cases(cases)
+        }
+    } else {
+        proptest::test_runner::Config::with_cases(cases)
+    }
+}
