@@ -63,6 +63,13 @@ pub fn probe_nebula_particle(arena: &MemoryArena<'_>) -> NonNull<u8> {
     arena.alloc(Layout::from_size_align(32, 16).unwrap_or(Layout::new::<[u128; 2]>()))
 }
 
+/// `MemoryArena::alloc` for a layout known only at run time (W5 draws the alignment per
+/// allocation): one formula, no branch on the alignment.
+#[inline(never)]
+pub fn probe_nebula_dynamic(arena: &MemoryArena<'_>, layout: Layout) -> NonNull<u8> {
+    arena.alloc(layout)
+}
+
 /// `SharedArena::alloc` (through `Deref`: the slot lookup, then the bump) for a `u64`.
 #[inline(never)]
 pub fn probe_shared_alloc(arena: &nebula_memory::SharedArena<'_>) -> NonNull<u8> {
@@ -156,6 +163,10 @@ fn main() {
     black_box(probe_nebula_alloc(black_box(&arena)));
     black_box(probe_nebula_try_alloc(black_box(&arena)).ok());
     black_box(probe_nebula_particle(black_box(&arena)));
+    black_box(probe_nebula_dynamic(
+        black_box(&arena),
+        black_box(Layout::new::<u128>()),
+    ));
     black_box(probe_bumpalo_alloc(black_box(&bump)));
     black_box(probe_bump_scope_alloc(black_box(&scope)));
     black_box(probe_limit_alloc(black_box(&limit)));

@@ -1,12 +1,10 @@
 //! `FrameArena` and the per-thread frame arena: the fixed-capacity per-frame arena API
 //! game code knows (`alloc` returning `Option`, `unsafe reset(&self)`).
 //!
-//! A `FrameArena` is a bump [`Cursor`] over one block of a pool (the scratch pool unless
-//! told otherwise): the same bump path as every other arena of the crate. Its window is
-//! placed in the block so that it ends on a 64-byte boundary (the cursor's invariant) and
-//! is exactly `capacity` bytes long; when the capacity is a multiple of 16 the window also
-//! starts 16-aligned. Alignments of any size are honoured by aligning the address, with
-//! the padding counted in `bytes_used`.
+//! A `FrameArena` is a bump [`Cursor`] over the first `capacity` usable bytes of one block
+//! of a pool (the scratch pool unless told otherwise): the same bump path as every other
+//! arena of the crate. Its window starts 16-aligned (block data is); alignments of any size
+//! are honoured by aligning the address, with the padding counted in `bytes_used`.
 //!
 //! The thread-local frame arena ([`thread_arena_alloc`] / [`thread_arena_reset`]) is a
 //! `FrameArena` per thread, created on the thread's first allocation and given back to the
@@ -19,7 +17,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::arena::cursor::{Cursor, END_ALIGN};
+use crate::arena::cursor::Cursor;
 use crate::block::MemoryBlock;
 use crate::error::PoolError;
 use crate::global::scratch_pool;
@@ -77,30 +75,17 @@ impl FrameArena {
     /// An arena of exactly `capacity` usable bytes in a block of `pool`. O(1).
     ///
     /// # Errors
-    /// The pool's refusal ([`PoolError::ZeroSize`] for a capacity of 0,
-    /// [`PoolError::TooLarge`] for one the pool can never hold).
+    /// The pool's refusal ([`PoolError::ZeroSize`] for a capacity of 0).
     ///
     /// ```
     /// let arena = nebula_memory::FrameArena::try_new_in(nebula_memory::engine_pool(), 4096).unwrap();
     /// assert_eq!(arena.bytes_remaining(), 4096);
     /// ```
     pub fn try_new_in(pool: &'static MemoryPool, capacity: usize) -> Result<Self, PoolError> {
-        if capacity == 0 {
-            return Err(PoolError::ZeroSize { pool: pool.name() });
-        }
-        // Room to slide the window so that it ends on a 64-byte boundary.
-        let request = capacity
-            .checked_add(END_ALIGN - 1)
-            .ok_or(PoolError::TooLarge {
-                pool: pool.name(),
-                requested: capacity,
-                max_usable: usize::MAX,
-            })?;
-        let block = pool.allocate_block(request)?;
-        let data = MemoryBlock::data_of(block).as_ptr();
-        // `data + capacity` rounded up to 64 lies within `data + request`, inside the block.
-        let end = (data.addr() + capacity).next_multiple_of(END_ALIGN);
-        let (start, end) = (data.with_addr(end - capacity), data.with_addr(end));
+        let block = pool.allocate_block(capacity)?;
+        let start = MemoryBlock::data_of(block).as_ptr();
+        // SAFETY: the block's usable bytes hold at least `capacity` bytes.
+        let end = unsafe { start.add(capacity) };
         let cursor = Cursor::empty();
         cursor.enter(start, end, 0);
         // SAFETY: the window is inside our block; nothing of it is handed out yet.

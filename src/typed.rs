@@ -296,6 +296,7 @@ impl<'pool> MemoryArena<'pool> {
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
     /// assert_eq!(arena.try_alloc_slice_copy(&[1, 2, 3]).unwrap(), &[1, 2, 3]);
     /// ```
+    #[inline]
     pub fn try_alloc_slice_copy<T: Copy>(&self, src: &[T]) -> Result<&mut [T], AllocError> {
         let layout = Layout::for_value(src);
         let p = self.try_alloc(layout)?.cast::<T>();
@@ -314,6 +315,7 @@ impl<'pool> MemoryArena<'pool> {
     /// s[0] = b'B';
     /// assert_eq!(s, b"Bytes");
     /// ```
+    #[inline]
     #[track_caller]
     pub fn alloc_slice_copy<T: Copy>(&self, src: &[T]) -> &mut [T] {
         match self.try_alloc_slice_copy(src) {
@@ -449,6 +451,7 @@ impl<'pool> MemoryArena<'pool> {
     /// s.make_ascii_uppercase();
     /// assert_eq!(s, "HELLO");
     /// ```
+    #[inline]
     pub fn try_alloc_str(&self, s: &str) -> Result<&mut str, AllocError> {
         let bytes = self.try_alloc_slice_copy(s.as_bytes())?;
         // SAFETY: a byte-for-byte copy of a `str` is valid UTF-8.
@@ -461,6 +464,7 @@ impl<'pool> MemoryArena<'pool> {
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
     /// assert_eq!(arena.alloc_str("name"), "name");
     /// ```
+    #[inline]
     #[track_caller]
     pub fn alloc_str(&self, s: &str) -> &mut str {
         match self.try_alloc_str(s) {

@@ -81,10 +81,8 @@ fn top_vector_grows_in_place_while_its_block_has_room() {
     assert!(v.iter().enumerate().all(|(i, &x)| x == i as u32));
 
     // `reserve_exact(1)` + push: every grow is by one element, always in place at the top.
-    // (The first reservation is 512 bytes, so it cannot land in the few bytes `v` may have
-    // left at the end of its block, where growth would have to move at once.)
     let mut w: AVec<u64, _> = AVec::new_in(&arena);
-    w.reserve_exact(64);
+    w.reserve_exact(1);
     let p = w.as_ptr();
     for i in 0..one_by_one {
         w.reserve_exact(1);

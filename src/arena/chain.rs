@@ -14,7 +14,7 @@
 use std::ptr::{self, NonNull};
 
 use super::config::ArenaConfig;
-use super::cursor::{Cursor, SENTINEL, WINDOW_SLACK, block_window};
+use super::cursor::{Cursor, SENTINEL};
 use super::policy::{Decision, round_block};
 use crate::block::{MemoryBlock, Word};
 use crate::error::AllocError;
@@ -52,16 +52,17 @@ fn data(b: *mut MemoryBlock) -> *mut u8 {
     MemoryBlock::data_of(nn(b)).as_ptr()
 }
 
-/// The cursor window of a block we own.
+/// The cursor window of a block we own: its usable bytes.
 fn window(b: *mut MemoryBlock) -> (*mut u8, *mut u8) {
-    // SAFETY: `b` is a live block of the chain.
-    block_window(data(b), unsafe { (*b).capacity() })
+    let start = data(b);
+    // SAFETY: `b` is a live block of the chain; its usable bytes follow the header.
+    (start, unsafe { start.add((*b).capacity()) })
 }
 
-/// The length of a block's window: what it can hand out.
+/// The usable bytes of a block we own.
 fn window_len(b: *mut MemoryBlock) -> usize {
-    let (start, end) = window(b);
-    end.addr() - start.addr()
+    // SAFETY: `b` is a live block of the chain.
+    unsafe { (*b).capacity() }
 }
 
 impl Chain {
@@ -154,7 +155,7 @@ impl Chain {
     /// A new block whose window holds at least `needed` bytes, sized by the growth rule: at
     /// least the bytes held so far (so a frame lives in a few blocks), between
     /// `first_block` and `max_block`; a request beyond `max_block` gets a block of its own
-    /// size. Each is asked for `WINDOW_SLACK` more, so its window holds the nominal size.
+    /// size.
     fn take(
         &mut self,
         pool: &MemoryPool,
@@ -165,8 +166,7 @@ impl Chain {
             config.first_block.max(1),
             config.max_block.max(config.first_block),
         );
-        let size = round_block(normal.max(needed)).saturating_add(WINDOW_SLACK);
-        let needed = needed.saturating_add(WINDOW_SLACK);
+        let size = round_block(normal.max(needed));
         // Ask for the grown size without reporting a refusal: the pool may still hold a
         // block that fits the request alone, and only that request's refusal is a real
         // exhaustion (counted and reported by the pool).
@@ -430,7 +430,6 @@ impl Chain {
         let mut keep = largest;
         let mut replaced = false;
         if let Decision::Replace(size) = decision {
-            let size = size.saturating_add(WINDOW_SLACK);
             let mut fresh = pool.allocate_block_quietly(size);
             if fresh.is_err() && !keep.is_null() {
                 // Tight pool: the replacement may only fit once the largest is back too.

@@ -6,11 +6,8 @@
 //! tested (and fuzzed) as plain integer math.
 //!
 //! Invariants, kept by whoever moves the cursor into a window:
-//! - `start <= ptr <= end`;
-//! - `end` is a multiple of [`END_ALIGN`] (64). This is what keeps the common path short:
-//!   for any alignment up to 64, rounding `ptr` up to it cannot pass `end`, so one
-//!   compare decides. A block's usable bytes are therefore cut at the last 64-byte
-//!   boundary (at most 48 bytes of a 16-aligned block are never used).
+//! - `start <= ptr <= end`, all in one allocation (a block, or the sentinel), so
+//!   `end - ptr` is at most `isize::MAX`;
 //! - `base` is the arena's position at `start`: the bytes used in the blocks before this
 //!   one. `base + (ptr - start)` is the arena's `bytes_used`.
 //!
@@ -29,14 +26,13 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicPtr, AtomicUsize};
 
-/// Alignment of every cursor's `end`; requests aligned up to this take the short path.
-pub(crate) const END_ALIGN: usize = 64;
-
 /// Address of the window of a cursor with no block: aligned to 4 KiB, so zero-sized
 /// requests of any alignment up to 4 KiB are served there without a block.
 pub(crate) const SENTINEL: usize = 4096;
 
-/// A bump position inside one window of memory.
+/// A bump position inside one window of memory. `repr(C)`: `ptr` and `end`, all the bump
+/// path reads, come first, so that an arena can keep them on its first cache line.
+#[repr(C)]
 pub(crate) struct Cursor {
     ptr: AtomicPtr<u8>,
     end: AtomicPtr<u8>,
@@ -57,8 +53,8 @@ impl Cursor {
     }
 
     /// The hot path: carves `layout` out of the window, or `None` if it does not fit.
-    /// Align up, compare, add; for a constant layout aligned to at most 64 the compiler
-    /// folds the alignment branch away (10 instructions, one branch).
+    /// Align up, compare, add: 10 instructions and one branch for a constant layout, and
+    /// no branch on the alignment when it is only known at run time.
     #[inline(always)]
     pub(crate) fn bump(&self, layout: Layout) -> Option<NonNull<u8>> {
         let ptr = self.ptr.load(Relaxed);
@@ -82,10 +78,10 @@ impl Cursor {
 
     /// Moves the cursor into a new window, at its start.
     ///
-    /// `end` must be a multiple of [`END_ALIGN`] and `start <= end`, both pointers into the
-    /// same allocation (or the sentinel); `base` is the arena position at `start`.
+    /// `start <= end`, both pointers into the same allocation (or the sentinel); `base` is
+    /// the arena position at `start`.
     pub(crate) fn enter(&self, start: *mut u8, end: *mut u8, base: usize) {
-        debug_assert!(end.addr().is_multiple_of(END_ALIGN) && start.addr() <= end.addr());
+        debug_assert!(start.addr() <= end.addr());
         self.start.store(start, Relaxed);
         self.ptr.store(start, Relaxed);
         self.end.store(end, Relaxed);
@@ -178,27 +174,6 @@ impl std::fmt::Debug for Cursor {
     }
 }
 
-/// Bytes a block's usable area may lose to the 64-byte cut at its end: its data is
-/// 16-aligned and its capacity a multiple of 16. Blocks are asked for this much more than
-/// their window must hold.
-pub(crate) const WINDOW_SLACK: usize = END_ALIGN - 16;
-
-/// The window a block's usable bytes give: from `data` to the last [`END_ALIGN`]
-/// boundary inside `data + capacity`. At least `capacity - WINDOW_SLACK` long.
-///
-/// # Panics
-/// If `capacity < WINDOW_SLACK` (no boundary need lie inside); every block an arena takes
-/// is asked for `WINDOW_SLACK` more than it must hold, which rules that out.
-pub(crate) fn block_window(data: *mut u8, capacity: usize) -> (*mut u8, *mut u8) {
-    // `data + capacity` is the end of a live block, so it does not wrap.
-    let end = (data.addr() + capacity) & !(END_ALIGN - 1);
-    assert!(
-        end >= data.addr(),
-        "a block window needs {WINDOW_SLACK} bytes"
-    );
-    (data, data.with_addr(end))
-}
-
 /// Bytes a window starting at a 16-aligned address must hold to fit `layout` at once: the
 /// size and the worst padding. `None` if that overflows.
 pub(crate) fn window_need(layout: Layout) -> Option<usize> {
@@ -211,33 +186,32 @@ pub(crate) mod fit {
 
     use std::alloc::Layout;
 
-    use super::END_ALIGN;
-
     /// Where an allocation of `layout` goes in a window whose free part is `[ptr, end)`:
     /// `(start, new_ptr)` with `ptr <= start`, `start` aligned, `new_ptr = start + size <=
-    /// end`; or `None` if it does not fit.
+    /// end`; or `None` if it does not fit. Requires `ptr <= end` and `end - ptr <=
+    /// isize::MAX` (the free part of one allocation).
     ///
-    /// Requires `ptr <= end` and `end % END_ALIGN == 0`. Nothing overflows then: for
-    /// `align <= END_ALIGN`, rounding `ptr` up stays at or below `end` (a multiple of the
-    /// alignment), so `ptr + align - 1 <= end + align - 1` cannot wrap and `end - start`
-    /// cannot either; for larger alignments the padding is below `align` and `Layout`
-    /// keeps `size + align - 1` within `isize::MAX`, so `pad + size` cannot wrap.
+    /// One formula for every alignment, so a run-time alignment costs no mispredicted
+    /// branch: round `ptr` up (wrapping), then compare `end - start` with the size as
+    /// *signed* numbers. That is exact:
+    /// - no wrap, `start <= end`: `end - start <= end - ptr <= isize::MAX`, a true
+    ///   non-negative difference;
+    /// - no wrap, `start > end`: `start - end < align <= isize::MAX + 1`, so the wrapped
+    ///   difference reads as the true negative number, below any size;
+    /// - `ptr + align - 1` wraps: then `ptr > usize::MAX + 1 - align >= isize::MAX`, the
+    ///   wrapped sum is below `align` and rounds down to `start = 0`, and `end >= ptr >
+    ///   isize::MAX` makes `end - 0` negative as a signed number: refused.
+    ///
+    /// `Layout` keeps the size within `isize::MAX`, and when the request fits, `start +
+    /// size <= end` cannot wrap.
     #[inline(always)]
     pub(crate) fn fit(ptr: usize, end: usize, layout: Layout) -> Option<(usize, usize)> {
         let (size, align) = (layout.size(), layout.align());
-        if align <= END_ALIGN {
-            let start = (ptr + (align - 1)) & !(align - 1);
-            if size > end - start {
-                return None;
-            }
-            Some((start, start + size))
-        } else {
-            let pad = ptr.wrapping_neg() & (align - 1);
-            if pad + size > end - ptr {
-                return None;
-            }
-            Some((ptr + pad, ptr + pad + size))
+        let start = ptr.wrapping_add(align - 1) & !(align - 1);
+        if (end.wrapping_sub(start) as isize) < size as isize {
+            return None;
         }
+        Some((start, start + size))
     }
 }
 
@@ -265,12 +239,11 @@ mod tests {
 
         #[test]
         fn fit_matches_the_model(
-            end_units in 0usize..1 << 20,
+            end in 0usize..1 << 40,
             back in 0usize..1 << 16,
             size in 0usize..1 << 17,
-            align_log in 0u32..16,
+            align_log in 0u32..20,
         ) {
-            let end = end_units * END_ALIGN;
             let ptr = end.saturating_sub(back);
             let align = 1usize << align_log;
             let layout = Layout::from_size_align(size, align).unwrap();
@@ -278,43 +251,47 @@ mod tests {
         }
 
         #[test]
-        fn fit_is_safe_at_the_top_of_the_address_space(
-            back in 0usize..4096,
-            size in 0usize..8192,
-            align_log in 0u32..20,
+        fn fit_is_exact_at_the_top_of_the_address_space(
+            from_top in 0usize..1 << 16,
+            back in 0usize..1 << 16,
+            size in 0usize..1 << 17,
+            align_log in 0u32..63,
         ) {
-            let end = usize::MAX & !(END_ALIGN - 1);
+            let end = usize::MAX - from_top;
             let ptr = end - back;
             let align = 1usize << align_log;
-            let layout = Layout::from_size_align(size, align).unwrap();
+            let Ok(layout) = Layout::from_size_align(size, align) else { return Ok(()) };
             prop_assert_eq!(fit(ptr, end, layout), model(ptr, end, size, align));
         }
     }
 
     #[test]
-    fn huge_requests_do_not_wrap() {
+    fn huge_requests_and_alignments_do_not_wrap() {
         let end = 1 << 20;
         let max = Layout::from_size_align(isize::MAX as usize - 4095, 4096).unwrap();
         assert_eq!(fit(end - 100, end, max), None);
         let max = Layout::from_size_align(isize::MAX as usize, 1).unwrap();
         assert_eq!(fit(0, end, max), None);
+        let huge_align = Layout::from_size_align(0, 1 << 62).unwrap();
+        assert_eq!(
+            fit(usize::MAX - 10, usize::MAX - 5, huge_align),
+            None,
+            "rounding wraps"
+        );
+        assert_eq!(fit(end - 100, end, huge_align), None);
     }
 
     #[test]
-    fn a_block_asked_for_the_window_need_plus_slack_fits_the_request() {
-        let mut buf = vec![0u128; 1024];
-        let base = buf.as_mut_ptr().cast::<u8>();
+    fn a_block_of_the_window_need_fits_the_request() {
         for align_log in 0..13 {
             for size in [0usize, 1, 15, 16, 17, 63, 64, 65, 1000, 4096] {
                 let layout = Layout::from_size_align(size, 1 << align_log).unwrap();
-                let capacity = (window_need(layout).unwrap() + WINDOW_SLACK).next_multiple_of(16);
-                // Every 16-aligned data start: the window must fit the request.
-                for offset in (0..256).step_by(16) {
-                    let (start, end) = block_window(base.wrapping_add(offset), capacity);
-                    assert!(end.addr() - start.addr() + WINDOW_SLACK >= capacity);
+                let need = window_need(layout).unwrap();
+                // Every 16-aligned window start.
+                for data in (4096..4096 + 4096).step_by(16) {
                     assert!(
-                        fit(start.addr(), end.addr(), layout).is_some(),
-                        "{layout:?} in a block of {capacity} at offset {offset}"
+                        fit(data, data + need, layout).is_some(),
+                        "{layout:?} in a window of {need} at {data:#x}"
                     );
                 }
             }
@@ -323,15 +300,13 @@ mod tests {
             window_need(Layout::from_size_align(usize::MAX / 2, 1).unwrap()),
             Some(usize::MAX / 2)
         );
-        drop(buf);
     }
 
     #[test]
     fn top_and_positions() {
         let mut buf = vec![0u64; 64];
-        let data = buf.as_mut_ptr().cast::<u8>();
-        let (start, end) = block_window(data, 512);
-        assert!(end.addr().is_multiple_of(END_ALIGN) && end.addr() > start.addr() + 400);
+        let start = buf.as_mut_ptr().cast::<u8>();
+        let end = start.wrapping_add(512);
         let c = Cursor::empty();
         assert_eq!(c.position(), 0);
         assert!(c.bump(Layout::new::<u8>()).is_none());

@@ -91,21 +91,32 @@ const COLOUR_MIN: usize = 2048;
 /// arena.reset();
 /// assert_eq!(arena.bytes_used(), 0);
 /// ```
+// `repr(C)`: the fields the bump path and a steady reset read (the cursor, the peaks, the
+// generation and the steady band) come first, on the first two cache lines; `align(128)`
+// keeps those two lines in one 128-byte pair (which the hardware prefetches together) and
+// gives every arena lines of its own, so a shared arena's per-thread parts never share one.
+#[repr(C, align(128))]
 pub struct MemoryArena<'pool> {
     /// The bump position; all the fast path reads.
     cursor: Cursor,
-    /// The blocks. Locked only on the slow path, by positions and by statistics; `reset`
-    /// and `Drop` reach it through `&mut` without locking.
-    chain: Mutex<Chain>,
     /// Largest `bytes_used` since the last reset (brought up to date where it falls).
     frame_peak: AtomicUsize,
     /// Largest `bytes_used` ever (likewise).
     high_watermark: AtomicUsize,
+    /// Resets so far; checkpoints carry it. Written only through `&mut self`.
+    generation: u64,
+    /// Frame peaks `p` with `p - steady_lo <= steady_span` (wrapping) need no decision at
+    /// reset: the arena holds one pool block, no tags and no quiet streak, and the reset
+    /// policy keeps the block as it is for them (`policy::keep_band`). Empty (`usize::MAX`,
+    /// 0) otherwise; emptied whenever a block or a tag comes in.
+    steady_lo: AtomicUsize,
+    steady_span: AtomicUsize,
+    /// The blocks. Locked only on the slow path, by positions and by statistics; `reset`
+    /// and `Drop` reach it through `&mut` without locking.
+    chain: Mutex<Chain>,
     tags: Mutex<Vec<(&'static str, usize)>>,
     /// The reset policy's count of frames in which the kept block was much too large.
     quiet: Quiet,
-    /// Resets so far; checkpoints carry it. Written only through `&mut self`.
-    generation: u64,
     config: ArenaConfig,
     /// Unique per arena (process-wide counter): checkpoints carry it, so one from another
     /// arena is refused even if it names a block address this arena now uses.
@@ -114,6 +125,9 @@ pub struct MemoryArena<'pool> {
     /// Bumping is not atomic: one thread at a time.
     _not_sync: PhantomData<Cell<()>>,
 }
+
+/// `steady_lo` / `steady_span` of an empty steady band.
+const NO_BAND: (usize, usize) = (usize::MAX, 0);
 
 impl<'pool> MemoryArena<'pool> {
     /// An empty arena over `pool`. Takes no memory until the first allocation. O(1).
@@ -138,12 +152,14 @@ impl<'pool> MemoryArena<'pool> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         MemoryArena {
             cursor: Cursor::empty(),
-            chain: Mutex::new(Chain::new()),
             frame_peak: AtomicUsize::new(0),
             high_watermark: AtomicUsize::new(0),
+            generation: 0,
+            steady_lo: AtomicUsize::new(NO_BAND.0),
+            steady_span: AtomicUsize::new(NO_BAND.1),
+            chain: Mutex::new(Chain::new()),
             tags: Mutex::new(Vec::new()),
             quiet: Quiet::default(),
-            generation: 0,
             config,
             id: NEXT_ID.fetch_add(1, Relaxed),
             pool,
@@ -246,6 +262,7 @@ impl<'pool> MemoryArena<'pool> {
         }
         let needed =
             cursor::window_need(layout).ok_or_else(|| AllocError::layout(self.pool.name()))?;
+        self.leave_steady_state();
         self.chain
             .lock()
             .grow(self.pool, &self.cursor, needed, &self.config)?;
@@ -421,7 +438,36 @@ impl<'pool> MemoryArena<'pool> {
     /// arena.reset();
     /// assert_eq!((arena.block_count(), arena.bytes_used()), (1, 0));
     /// ```
+    #[inline]
     pub fn reset(&mut self) {
+        // The steady state: the arena holds one pool block that the reset policy keeps as it
+        // is for this frame's peak (it lies in the steady band), so nothing is decided and
+        // only the arena's first cache lines are touched: no lock, no block header, no
+        // pool. With one block the cursor is in it and `base` is 0, so `ptr - start` is the
+        // frame's `bytes_used`.
+        let start = self.cursor.start();
+        let used = self.cursor.used_here();
+        let peak = (*self.frame_peak.get_mut()).max(used);
+        if peak.wrapping_sub(*self.steady_lo.get_mut()) <= *self.steady_span.get_mut() {
+            debug_assert!(self.steady_state_agrees(peak), "steady band out of date");
+            // SAFETY: everything handed out from the block is dead (`&mut self`), and with
+            // one block that is exactly `[start, ptr)`.
+            unsafe { poison::give_back(start, used) };
+            self.cursor.set_ptr(start);
+            *self.frame_peak.get_mut() = 0;
+            let high = self.high_watermark.get_mut();
+            *high = (*high).max(peak);
+            self.generation += 1;
+            return;
+        }
+        self.reset_slow();
+    }
+
+    /// `reset` outside the steady band: decide with the reset policy, carry the decision
+    /// out, then work out the new steady band.
+    #[cold]
+    #[inline(never)]
+    fn reset_slow(&mut self) {
         // `&mut self`: plain accesses, no atomic read-modify-write.
         let peak = std::mem::take(self.frame_peak.get_mut()).max(self.cursor.position());
         let high = self.high_watermark.get_mut();
@@ -440,16 +486,48 @@ impl<'pool> MemoryArena<'pool> {
         let (decision, quiet) = policy::decide(kept, peak, self.quiet, &self.config);
         self.quiet = quiet;
         if single && decision == Decision::Keep {
-            // The steady state: one block that still fits. Nothing but the cursor moves.
             let start = self.cursor.start();
             // SAFETY: everything handed out from the block is dead (`&mut self`).
             unsafe { poison::give_back(start, self.cursor.used_here()) };
             self.cursor.set_ptr(start);
-            return;
-        }
-        if chain.reset(self.pool, &self.cursor, decision) {
+        } else if chain.reset(self.pool, &self.cursor, decision) {
             self.quiet = Quiet::default();
         }
+        self.enter_steady_state();
+    }
+
+    /// Works out the steady band after a full reset (see `steady_lo`).
+    fn enter_steady_state(&mut self) {
+        let steady = self.chain.get_mut().is_single_pool_block()
+            && self.quiet == Quiet::default()
+            && self.tags.get_mut().is_empty();
+        let (lo, span) = if steady {
+            match policy::keep_band(self.cursor.window_len(), &self.config) {
+                Some((lo, hi)) => (lo, hi - lo),
+                None => NO_BAND,
+            }
+        } else {
+            NO_BAND
+        };
+        *self.steady_lo.get_mut() = lo;
+        *self.steady_span.get_mut() = span;
+    }
+
+    /// Empties the steady band: a block or a tag came in, so the next reset decides in full.
+    fn leave_steady_state(&self) {
+        self.steady_lo.store(NO_BAND.0, Relaxed);
+        self.steady_span.store(NO_BAND.1, Relaxed);
+    }
+
+    /// Whether the fast reset's shortcut is what the reset policy would do (debug check).
+    fn steady_state_agrees(&mut self, peak: usize) -> bool {
+        let window = self.cursor.window_len();
+        self.chain.get_mut().is_single_pool_block()
+            && self.cursor.base() == 0
+            && self.quiet == Quiet::default()
+            && self.tags.get_mut().is_empty()
+            && policy::decide(window, peak, self.quiet, &self.config)
+                == (Decision::Keep, Quiet::default())
     }
 
     /// Gives the cached spare blocks (those after the current one) back to the pool.
@@ -603,6 +681,7 @@ impl<'pool> MemoryArena<'pool> {
         tag: &'static str,
     ) -> Result<NonNull<u8>, AllocError> {
         let p = self.try_alloc(layout)?;
+        self.leave_steady_state();
         let mut tags = self.tags.lock();
         match tags.iter_mut().find(|(t, _)| *t == tag) {
             Some((_, n)) => *n += layout.size(),

@@ -41,6 +41,25 @@ pub(crate) enum Decision {
     Replace(usize),
 }
 
+/// What a frame of peak `peak` needs the kept block to hold: the peak plus 1/8, rounded
+/// to the block granule. Non-decreasing in `peak`.
+fn need(peak: usize) -> usize {
+    round_block(peak.saturating_add(peak / 8).max(1))
+}
+
+/// Whether a block of `kept` bytes holds a frame of peak `peak` (true up to some peak,
+/// false above it).
+fn fits(kept: usize, peak: usize) -> bool {
+    need(peak) <= kept
+}
+
+/// Whether a block of `kept` bytes is much too large for a frame of peak `peak`, a quiet
+/// frame (true below some peak, false from it on).
+fn oversized(kept: usize, peak: usize, config: &ArenaConfig) -> bool {
+    let floor = round_block(config.first_block.max(1));
+    config.trim_after_resets > 0 && kept > 2 * need(peak).max(floor)
+}
+
 /// The decision for a reset: `kept` is the capacity of the block that would be kept (0 if
 /// none), `peak` the largest `bytes_used` of the frame. Returns the quiet-frame state to
 /// store if the decision is carried out (after a successful replacement, start from
@@ -51,17 +70,16 @@ pub(crate) fn decide(
     quiet: Quiet,
     config: &ArenaConfig,
 ) -> (Decision, Quiet) {
-    let need = round_block(peak.saturating_add(peak / 8).max(1));
-    let floor = round_block(config.first_block.max(1));
-    if kept < need {
-        let grown = round_block(need.max(kept.saturating_add(kept / 4)));
+    if !fits(kept, peak) {
+        let grown = round_block(need(peak).max(kept.saturating_add(kept / 4)));
         (Decision::Replace(grown), quiet)
-    } else if config.trim_after_resets > 0 && kept > 2 * need.max(floor) {
+    } else if oversized(kept, peak, config) {
         let quiet = Quiet {
             resets: quiet.resets.saturating_add(1),
-            peak: quiet.peak.max(need),
+            peak: quiet.peak.max(need(peak)),
         };
         if quiet.resets >= config.trim_after_resets {
+            let floor = round_block(config.first_block.max(1));
             (Decision::Replace(quiet.peak.max(floor)), quiet)
         } else {
             (Decision::Keep, quiet)
@@ -69,6 +87,42 @@ pub(crate) fn decide(
     } else {
         (Decision::Keep, Quiet::default())
     }
+}
+
+/// The frame peaks for which [`decide`] keeps a block of `kept` bytes as it is and ends
+/// any quiet streak (`(Keep, Quiet::default())`): an interval `[lo, hi]`, or `None`. A
+/// reset whose peak lies inside needs no decision at all, which is what lets the steady
+/// state's reset skip everything but the cursor. Found by bisection on [`fits`] and
+/// [`oversized`] themselves, so it cannot disagree with `decide`. O(log kept).
+pub(crate) fn keep_band(kept: usize, config: &ArenaConfig) -> Option<(usize, usize)> {
+    if !fits(kept, 0) {
+        return None;
+    }
+    // The largest peak that fits: `need(p) > p`, so it lies in [0, kept).
+    let (mut lo, mut hi) = (0usize, kept);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(kept, mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    let top = lo;
+    // The smallest peak that is not a quiet frame, if it is at most `top`.
+    if oversized(kept, top, config) {
+        return None;
+    }
+    let (mut lo, mut hi) = (0usize, top);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if oversized(kept, mid, config) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Some((lo, top))
 }
 
 #[cfg(test)]
@@ -151,6 +205,45 @@ mod tests {
         // Not more than twice the first block: never counted as quiet.
         let (d, q) = decide(128 * KIB, 0, Quiet::default(), &c);
         assert_eq!((d, q), (Decision::Keep, Quiet::default()));
+    }
+
+    #[test]
+    fn the_keep_band_is_exactly_where_decide_keeps_as_is() {
+        let configs = [
+            config(0),
+            config(1),
+            config(120),
+            ArenaConfig::default().first_block(1),
+        ];
+        let peaks = |kept: usize| {
+            let mut p: Vec<usize> = (0..64).map(|i| i * kept / 50).collect();
+            p.extend([0, 1, kept / 2, kept - kept / 9, kept, usize::MAX / 2]);
+            p
+        };
+        for c in &configs {
+            for kept in [
+                0usize,
+                4096,
+                64 * KIB,
+                68 * KIB,
+                200 * KIB,
+                4096 * KIB,
+                1 << 40,
+            ] {
+                let band = keep_band(kept, c);
+                let mut edges: Vec<usize> = peaks(kept);
+                if let Some((lo, hi)) = band {
+                    edges.extend([lo.saturating_sub(1), lo, hi, hi + 1]);
+                }
+                for peak in edges {
+                    let kept_as_is = decide(kept, peak, Quiet::default(), c)
+                        == (Decision::Keep, Quiet::default());
+                    let inside = band.is_some_and(|(lo, hi)| (lo..=hi).contains(&peak));
+                    assert_eq!(inside, kept_as_is, "kept {kept}, peak {peak}, {c:?}");
+                }
+            }
+        }
+        assert_eq!(keep_band(0, &config(3)), None);
     }
 
     #[test]
