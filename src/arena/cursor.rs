@@ -69,10 +69,13 @@ impl Cursor {
     /// Whether `[p, p + size)` is the newest allocation of this window: inside it, and
     /// ending at `ptr`. Only the top may be popped or resized in place; checking the
     /// window start too is what stops a pointer from another block (or a foreign one)
-    /// from passing for the top.
+    /// from passing for the top. The sentinel window holds no allocation (a zero-sized
+    /// one served there is not a top).
     #[inline]
     pub(crate) fn is_top(&self, p: *const u8, size: usize) -> bool {
-        p.addr() >= self.start.load(Relaxed).addr()
+        let start = self.start.load(Relaxed).addr();
+        start != SENTINEL
+            && p.addr() >= start
             && p.addr().checked_add(size) == Some(self.ptr.load(Relaxed).addr())
     }
 
