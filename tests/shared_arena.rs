@@ -2,15 +2,20 @@
 //! `game_arena`.
 
 use std::alloc::Layout;
-use std::sync::Barrier;
 
 use allocator_api2::vec::Vec as AVec;
 use nebula_memory::{AllocError, PoolError, SharedArena};
 
 mod common;
-use common::{MIB, SplitMix64, assert_drained, pool_of};
+use common::{Barrier, MIB, SplitMix64, assert_drained, pool_of};
 
 const THREADS: usize = 8;
+
+/// Pool sizes are smaller under Miri, where a pool's region is a zeroed heap allocation
+/// that Miri tracks byte by byte.
+fn mib(n: usize) -> usize {
+    if cfg!(miri) { n.min(8) * MIB } else { n * MIB }
+}
 
 /// Byte `i` of allocation `n` of thread `t`.
 fn byte_of(t: usize, n: usize, i: usize) -> u8 {
@@ -22,7 +27,7 @@ fn byte_of(t: usize, n: usize, i: usize) -> u8 {
 #[test]
 fn eight_threads_allocate_at_once_without_overlap() {
     let per_thread = if cfg!(miri) { 50 } else { 5_000 };
-    let pool = pool_of("shared-8", 256 * MIB);
+    let pool = pool_of("shared-8", mib(256));
     let arena = SharedArena::new(&pool);
     let start = Barrier::new(THREADS);
     let all: Vec<Vec<(usize, usize)>> = std::thread::scope(|s| {
@@ -32,14 +37,18 @@ fn eight_threads_allocate_at_once_without_overlap() {
                 s.spawn(move || {
                     let mut rng = SplitMix64(t as u64 + 1);
                     start.wait();
-                    (0..per_thread)
+                    let mine = (0..per_thread)
                         .map(|n| {
                             let len = 1 + rng.below(300);
                             // Align 1: no padding, so `bytes_used` is exactly the sum.
                             let bytes = arena.alloc_slice_fill_with(len, |i| byte_of(t, n, i));
                             (bytes.as_ptr() as usize, len)
                         })
-                        .collect()
+                        .collect();
+                    // Stay alive until all are done: a thread that exited early would
+                    // leave its part to a late one (legal, but then fewer than 8 parts).
+                    start.wait();
+                    mine
                 })
             })
             .collect();
@@ -78,7 +87,7 @@ fn eight_threads_allocate_at_once_without_overlap() {
 #[test]
 fn collections_from_several_threads() {
     let n: u32 = if cfg!(miri) { 200 } else { 20_000 };
-    let pool = pool_of("shared-collections", 64 * MIB);
+    let pool = pool_of("shared-collections", mib(64));
     let arena = SharedArena::new(&pool);
     std::thread::scope(|s| {
         for t in 0..4u32 {
@@ -115,7 +124,7 @@ fn collections_from_several_threads() {
 fn rounds_of_parallel_allocation_and_reset_keep_pool_usage_flat() {
     const WORKERS: usize = 4;
     let rounds = if cfg!(miri) { 6 } else { 300 };
-    let pool = pool_of("shared-rounds", 64 * MIB);
+    let pool = pool_of("shared-rounds", mib(64));
     // Workers allocate under the read lock; the main thread resets under the write lock.
     let arena = std::sync::RwLock::new(SharedArena::new(&pool));
     let sync = Barrier::new(WORKERS + 1);
@@ -225,7 +234,7 @@ fn exhaustion_while_several_threads_allocate() {
 /// threads do; a pop from another thread is a no-op.
 #[test]
 fn the_calling_threads_top_pops_and_grows_in_place() {
-    let pool = pool_of("shared-top", 16 * MIB);
+    let pool = pool_of("shared-top", mib(16));
     let arena = SharedArena::new(&pool);
     let layout = Layout::from_size_align(64, 8).unwrap();
     let p = arena.alloc(layout);
@@ -260,7 +269,7 @@ fn the_calling_threads_top_pops_and_grows_in_place() {
 /// part stays in the arena, to be taken over by a later thread).
 #[test]
 fn allocations_outlive_the_threads_that_made_them() {
-    let pool = pool_of("shared-exited", 16 * MIB);
+    let pool = pool_of("shared-exited", mib(16));
     let arena = SharedArena::new(&pool);
     let values: Vec<&u32> = (0..5u32)
         .map(|i| std::thread::scope(|s| s.spawn(|| &*arena.alloc_val(i)).join().unwrap()))
@@ -273,6 +282,15 @@ fn allocations_outlive_the_threads_that_made_them() {
 /// The two process-wide shared arenas.
 #[test]
 fn engine_and_game_arenas() {
+    if cfg!(miri) {
+        // The first use of a global pool in this process is here: keep them small.
+        let small = nebula_memory::GlobalPoolConfig {
+            engine: 8 * MIB,
+            game: 8 * MIB,
+            scratch: 8 * MIB,
+        };
+        nebula_memory::configure_global_pools(small).unwrap();
+    }
     let engine = nebula_memory::engine_arena();
     assert_eq!(engine.pool().name(), "engine");
     let title: &'static str = engine.alloc_str("nebula");

@@ -89,19 +89,26 @@ unsafe impl Sync for Slot<'_> {}
 /// ```
 pub struct SharedArena<'pool> {
     slots: ThreadLocal<Slot<'pool>>,
-    /// Unique per shared arena in the process (never reused): the key of [`LAST`].
-    id: u64,
+    /// The key of [`LAST`]: unique in the process (never reused), and replaced after every
+    /// mutable walk of the slots, so a slot pointer cached before one never matches after.
+    key: u64,
     pool: &'pool MemoryPool,
     config: ArenaConfig,
     generation: u64,
 }
 
 thread_local! {
-    /// The shared arena this thread last allocated from (its id) and this thread's slot in
+    /// The shared arena this thread last allocated from (its key) and this thread's slot in
     /// it: a one-entry cache in front of `ThreadLocal::get_or`, so that the common case
     /// (a thread allocating from one arena over and over) costs a thread-local read and
     /// one comparison.
     static LAST: Cell<(u64, *const ())> = const { Cell::new((0, ptr::null())) };
+}
+
+/// A key no shared arena has had before (see `SharedArena::key`).
+fn new_key() -> u64 {
+    static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+    NEXT_KEY.fetch_add(1, Ordering::Relaxed)
 }
 
 impl<'pool> SharedArena<'pool> {
@@ -125,10 +132,9 @@ impl<'pool> SharedArena<'pool> {
     /// assert!(arena.bytes_held() < 64 * 1024);
     /// ```
     pub fn with_config(pool: &'pool MemoryPool, config: ArenaConfig) -> Self {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         SharedArena {
             slots: ThreadLocal::new(),
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            key: new_key(),
             pool,
             config,
             generation: 0,
@@ -170,12 +176,16 @@ impl<'pool> SharedArena<'pool> {
     /// ```
     #[inline]
     pub fn local(&self) -> &MemoryArena<'pool> {
-        let (id, slot) = LAST.with(Cell::get);
-        if id == self.id {
-            // SAFETY: `LAST` holds this thread's slot of the arena with this id. Ids are
-            // never reused, so the arena is `self`, alive; a `ThreadLocal` never moves or
-            // drops an entry while it lives (moving the arena moves only the pointers to
-            // its buckets), so the slot is still there, and it is this thread's.
+        let (key, slot) = LAST.with(Cell::get);
+        if key == self.key {
+            // SAFETY: `LAST` holds this thread's slot of the arena with this key, cached
+            // from a `&Slot` that `ThreadLocal::get_or` returned. Keys are never reused, so
+            // the arena is `self`, alive; a `ThreadLocal` never moves or drops an entry while
+            // it lives (moving the arena moves only the pointers to its buckets), so the slot
+            // is still there, and it is this thread's. The pointer is still valid for shared
+            // access: the only unique borrows of the slots (`iter_mut`, in `reset` and
+            // `trim_spares`) replace the key afterwards, so a pointer cached before one of
+            // them never matches again.
             return unsafe { &(*slot.cast::<Slot<'pool>>()).0 };
         }
         self.local_slow()
@@ -189,7 +199,7 @@ impl<'pool> SharedArena<'pool> {
             .slots
             .get_or(|| Slot(MemoryArena::with_config(self.pool, self.config)));
         // `LAST` has no destructor, so it stays accessible even while the thread exits.
-        LAST.set((self.id, ptr::from_ref(slot).cast()));
+        LAST.set((self.key, ptr::from_ref(slot).cast()));
         &slot.0
     }
 
@@ -225,6 +235,7 @@ impl<'pool> SharedArena<'pool> {
         for slot in self.slots.iter_mut() {
             slot.0.reset();
         }
+        self.key = new_key(); // slot pointers cached before `iter_mut` are stale
         self.generation += 1;
     }
 
@@ -238,6 +249,7 @@ impl<'pool> SharedArena<'pool> {
         for slot in self.slots.iter_mut() {
             slot.0.trim_spares();
         }
+        self.key = new_key(); // slot pointers cached before `iter_mut` are stale
     }
 
     /// Every thread's part, for statistics.
