@@ -6,12 +6,10 @@
 //! arena of the crate. Its window starts 16-aligned (block data is); alignments of any size
 //! are honoured by aligning the address, with the padding counted in `bytes_used`.
 //!
-//! The thread-local frame arena ([`thread_arena_alloc`] / [`thread_arena_reset`]) is a
-//! `FrameArena` per thread, created on the thread's first allocation and given back to the
-//! pool when the thread exits.
+//! The per-thread frame arena built on it is in [`crate::thread_arena`].
 
 use std::alloc::Layout;
-use std::cell::{Cell, OnceCell};
+use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicUsize;
@@ -250,72 +248,8 @@ impl std::fmt::Debug for FrameArena {
     }
 }
 
-/// Capacity of each thread's frame arena unless changed by
-/// [`set_thread_arena_capacity`]: 4 MiB (16 MiB, a common choice, would let only four
-/// threads fit in the default 64 MiB scratch pool).
-pub const DEFAULT_THREAD_ARENA_CAPACITY: usize = 4 << 20;
-
-static THREAD_ARENA_CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_THREAD_ARENA_CAPACITY);
-
-/// Sets the capacity of thread frame arenas created from now on (threads that already have
-/// one keep theirs). O(1).
-///
-/// ```
-/// nebula_memory::set_thread_arena_capacity(1 << 20);
-/// ```
-pub fn set_thread_arena_capacity(bytes: usize) {
-    THREAD_ARENA_CAPACITY.store(bytes, Relaxed);
-}
-
-thread_local! {
-    static THREAD_ARENA: OnceCell<FrameArena> = const { OnceCell::new() };
-}
-
-/// Allocates from the current thread's frame arena, creating it (a block of the scratch
-/// pool) on the thread's first call. `None` when the arena is full, the scratch pool cannot
-/// supply it, or the thread is shutting down. O(1).
-///
-/// ```
-/// use std::alloc::Layout;
-/// let p = nebula_memory::thread_arena_alloc(Layout::new::<[u32; 16]>()).unwrap();
-/// assert_eq!(p.as_ptr() as usize % 4, 0);
-/// ```
-pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
-    THREAD_ARENA
-        .try_with(|cell| match cell.get() {
-            Some(arena) => arena.alloc(layout),
-            None => {
-                let capacity = THREAD_ARENA_CAPACITY.load(Relaxed);
-                let arena = FrameArena::try_new_in(scratch_pool(), capacity).ok()?;
-                cell.get_or_init(|| arena).alloc(layout)
-            }
-        })
-        .ok()
-        .flatten()
-}
-
-/// Resets the current thread's frame arena (a no-op if it has none). Call it at the end of
-/// each frame on every thread that allocated. O(1).
-///
-/// # Safety
-/// No pointer returned by [`thread_arena_alloc`] on this thread is used afterwards.
-///
-/// ```
-/// use std::alloc::Layout;
-/// nebula_memory::thread_arena_alloc(Layout::new::<u64>());
-/// // SAFETY: the allocation above is not used.
-/// unsafe { nebula_memory::thread_arena_reset() };
-/// ```
-pub unsafe fn thread_arena_reset() {
-    let _ = THREAD_ARENA.try_with(|cell| {
-        if let Some(arena) = cell.get() {
-            // SAFETY: forwarded from the caller.
-            unsafe { arena.reset() }
-        }
-    });
-}
-
-/// Figures of one frame arena, from [`FrameArena::stats`] or [`thread_arena_stats`].
+/// Figures of one frame arena, from [`FrameArena::stats`] or
+/// [`thread_arena_stats`](crate::thread_arena_stats).
 ///
 /// ```
 /// let arena = nebula_memory::FrameArena::new(256);
@@ -348,19 +282,4 @@ impl FrameArena {
             capacity: self.capacity,
         }
     }
-}
-
-/// The current thread's frame arena figures, or `None` if the thread has none yet. O(1).
-///
-/// ```
-/// use std::alloc::Layout;
-/// nebula_memory::thread_arena_alloc(Layout::new::<u64>());
-/// let s = nebula_memory::thread_arena_stats().unwrap();
-/// assert!(s.bytes_used >= 8 && s.capacity > 0);
-/// ```
-pub fn thread_arena_stats() -> Option<FrameArenaStats> {
-    THREAD_ARENA
-        .try_with(|cell| cell.get().map(FrameArena::stats))
-        .ok()
-        .flatten()
 }

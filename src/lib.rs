@@ -37,17 +37,20 @@ pub mod poison;
 mod pool;
 mod scratch;
 mod shared;
+mod thread_arena;
 mod typed;
 mod vm;
 
 pub use arena::{ArenaConfig, ArenaScope, ArenaStats, Checkpoint, MemoryArena};
 pub use double::{DoubleBufferedArena, FrameHandle};
-pub use frame::{
-    DEFAULT_THREAD_ARENA_CAPACITY, FrameArena, FrameArenaStats, set_thread_arena_capacity,
-    thread_arena_alloc, thread_arena_reset, thread_arena_stats,
-};
+pub use frame::{FrameArena, FrameArenaStats};
 pub use scratch::with_scratch;
 pub use shared::{GameArena, GameArenaGuard, SharedArena, engine_arena, game_arena};
+pub use thread_arena::{
+    DEFAULT_THREAD_ARENA_CAPACITY, ThreadArenasStats, set_thread_arena_capacity,
+    thread_arena_alloc, thread_arena_reset, thread_arena_reset_all, thread_arena_stats,
+    thread_arenas_stats,
+};
 pub use typed::ArenaBox;
 
 pub use block::MemoryBlock;

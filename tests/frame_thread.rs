@@ -8,7 +8,7 @@
 //! arenas are made on spawned threads that are joined while the lock is held.
 
 use std::alloc::Layout;
-use std::sync::{Barrier, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use nebula_memory::{
     FrameArena, MemoryPool, PoolError, scratch_pool, set_thread_arena_capacity, thread_arena_alloc,
@@ -16,7 +16,7 @@ use nebula_memory::{
 };
 
 mod common;
-use common::{assert_drained, panic_message};
+use common::{Barrier, assert_drained, panic_message};
 
 static SCRATCH: Mutex<()> = Mutex::new(());
 

@@ -7,13 +7,13 @@
 //! `in_use == 0`, no blocks, one free range, every count consistent.
 
 use std::ptr::NonNull;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Barrier, Mutex};
 
 use nebula_memory::{MemoryBlock, MemoryPool, PoolError};
 
 mod common;
-use common::{HEADER, SplitMix64, assert_drained, stamp, verify};
+use common::{Barrier, HEADER, SplitMix64, assert_drained, stamp, verify};
 
 /// A live block and the seed of its stamp. Blocks are plain memory owned by whoever holds
 /// the handle, so moving one to another thread is fine.

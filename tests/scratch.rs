@@ -11,9 +11,12 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Barrier, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use nebula_memory::{MemoryArena, scratch_pool, with_scratch};
+
+mod common;
+use common::Barrier;
 
 static SCRATCH: Mutex<()> = Mutex::new(());
 

@@ -144,3 +144,44 @@ pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
         proptest::test_runner::Config::with_cases(cases)
     }
 }
+
+/// A `std::sync::Barrier` whose `wait` panics after a minute instead of blocking for ever,
+/// so that a failed assertion in one thread of a barrier protocol fails the test instead
+/// of hanging it.
+pub struct Barrier {
+    n: usize,
+    state: std::sync::Mutex<(usize, u64)>, // (arrived, generation)
+    cv: std::sync::Condvar,
+}
+
+impl Barrier {
+    pub fn new(n: usize) -> Barrier {
+        Barrier {
+            n,
+            state: std::sync::Mutex::new((0, 0)),
+            cv: std::sync::Condvar::new(),
+        }
+    }
+
+    pub fn wait(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let generation = st.1;
+        st.0 += 1;
+        if st.0 == self.n {
+            *st = (0, generation + 1);
+            self.cv.notify_all();
+            return;
+        }
+        let (st, timeout) = self
+            .cv
+            .wait_timeout_while(st, std::time::Duration::from_secs(60), |s| {
+                s.1 == generation
+            })
+            .unwrap_or_else(|e| e.into_inner());
+        drop(st);
+        assert!(
+            !timeout.timed_out(),
+            "barrier: a peer thread failed or hung"
+        );
+    }
+}
