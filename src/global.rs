@@ -146,9 +146,14 @@ pub fn scratch_pool() -> &'static MemoryPool {
 /// assert_eq!(nebula_memory::maintain_global_pools(), 0);
 /// ```
 pub fn maintain_global_pools() -> usize {
-    [&ENGINE, &GAME, &SCRATCH]
-        .iter()
-        .filter_map(|p| p.get())
+    created_pools()
+        .into_iter()
+        .flatten()
         .map(MemoryPool::maintain)
         .sum()
+}
+
+/// The engine, game and scratch pools, those created so far (without creating any).
+pub(crate) fn created_pools() -> [Option<&'static MemoryPool>; 3] {
+    [ENGINE.get(), GAME.get(), SCRATCH.get()]
 }

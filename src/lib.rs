@@ -28,6 +28,8 @@
 
 mod alloc_api;
 mod arena;
+#[cfg(feature = "bevy")]
+pub mod bevy;
 mod block;
 mod double;
 mod error;
@@ -41,7 +43,7 @@ mod thread_arena;
 mod typed;
 mod vm;
 
-pub use arena::{ArenaConfig, ArenaScope, ArenaStats, Checkpoint, MemoryArena};
+pub use arena::{ArenaConfig, ArenaScope, ArenaStats, Checkpoint, MemoryArena, heap_fallbacks};
 pub use double::{DoubleBufferedArena, FrameHandle};
 pub use frame::{FrameArena, FrameArenaStats};
 pub use scratch::with_scratch;

@@ -12,6 +12,7 @@
 //! hook belongs), called by the one walk that releases a list ([`Chain::release_list`]).
 
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::config::ArenaConfig;
 use super::cursor::{Cursor, SENTINEL};
@@ -20,6 +21,21 @@ use crate::block::{MemoryBlock, Word};
 use crate::error::AllocError;
 use crate::poison;
 use crate::pool::MemoryPool;
+
+/// Blocks taken from the system heap by any arena, ever (see [`heap_fallbacks`]).
+static HEAP_FALLBACKS: AtomicU64 = AtomicU64::new(0);
+
+/// How many blocks arenas with `heap_fallback` have taken from the system heap because
+/// their pool was exhausted, since the process started (each also logged a WARN event).
+/// O(1).
+///
+/// ```
+/// let before = nebula_memory::heap_fallbacks();
+/// assert!(nebula_memory::heap_fallbacks() >= before);
+/// ```
+pub fn heap_fallbacks() -> u64 {
+    HEAP_FALLBACKS.load(Ordering::Relaxed)
+}
 
 /// The blocks of one arena. The pool they come from is passed in by the arena (a
 /// `Chain` holds no lifetime, so the arena stays covariant in its pool's lifetime even
@@ -208,6 +224,7 @@ impl Chain {
         );
         let block = MemoryBlock::heap(needed).ok_or(AllocError::Pool(cause))?;
         self.heap_blocks += 1;
+        HEAP_FALLBACKS.fetch_add(1, Ordering::Relaxed);
         Ok(block)
     }
 

@@ -44,9 +44,11 @@ use chain::Chain;
 use cursor::Cursor;
 use policy::{Decision, Quiet};
 
+pub use chain::heap_fallbacks;
 pub use config::ArenaConfig;
 pub use position::{ArenaScope, Checkpoint};
 pub use stats::ArenaStats;
+pub(crate) use stats::Bytes;
 
 /// Bytes skipped before a moving grow (one cache line; see `MemoryArena::colour`).
 const COLOUR: usize = 64;
@@ -582,6 +584,21 @@ impl<'pool> MemoryArena<'pool> {
     /// ```
     pub fn high_watermark(&self) -> usize {
         self.high_watermark.load(Relaxed).max(self.bytes_used())
+    }
+
+    /// The largest `bytes_used` since the last reset: what this frame needed at its peak,
+    /// also if pops or rewinds have given memory back since. O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// let layout = std::alloc::Layout::new::<[u8; 500]>();
+    /// let p = arena.alloc(layout);
+    /// // SAFETY: `p` is not used again.
+    /// unsafe { arena.pop(p, layout) };
+    /// assert_eq!((arena.bytes_used(), arena.frame_peak()), (0, 500));
+    /// ```
+    pub fn frame_peak(&self) -> usize {
+        self.frame_peak.load(Relaxed).max(self.bytes_used())
     }
 
     /// Blocks the arena holds, cached spares included. O(1).

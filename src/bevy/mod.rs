@@ -1,0 +1,39 @@
+//! Bevy integration (feature `bevy`, on by default): the memory system in a Bevy 0.20 app.
+//!
+//! ```
+//! use bevy_app::{App, Update};
+//! use bevy_ecs::prelude::*;
+//! use nebula_memory::bevy::{FrameMemory, MemoryPlugin, Scratch};
+//!
+//! #[derive(Component)]
+//! struct Speed(f32);
+//!
+//! fn fastest(scratch: Scratch, query: Query<&Speed>) {
+//!     // Temporaries of this system run: no heap allocation, gone when it returns.
+//!     let mut speeds = allocator_api2::vec::Vec::new_in(&*scratch);
+//!     speeds.extend(query.iter().map(|s| s.0));
+//!     speeds.sort_by(f32::total_cmp);
+//! }
+//!
+//! let mut app = App::new();
+//! app.add_plugins(MemoryPlugin::default()).add_systems(Update, fastest);
+//! app.world_mut().spawn(Speed(3.0));
+//! app.update(); // the frame ends: scratch and frame arenas reset on every thread
+//! ```
+//!
+//! - [`Scratch`]: a system parameter with an arena of its own for the run's temporaries.
+//! - [`EngineMemory`], [`GameMemory`] (reset with a [`ResetGameArena`] message) and
+//!   [`FrameMemory`] (frame N's data through frame N+1, with `FrameHandle`s): the shared
+//!   arenas as resources.
+//! - [`reset_frame_arenas_system`] in [`MemorySystems::Reset`] (`Last`): every thread's
+//!   frame memory reset at the frame's end; [`FrameMemoryStats`] and Bevy diagnostics.
+
+mod plugin;
+mod resources;
+mod scratch;
+mod stats;
+
+pub use plugin::{MemoryPlugin, MemorySystems, reset_frame_arenas_system};
+pub use resources::{EngineMemory, FrameMemory, GameMemory, ResetGameArena};
+pub use scratch::{Scratch, ScratchArenas, ScratchFrame};
+pub use stats::{FrameMemoryStats, MemoryBudgets, PoolUsage, paths};

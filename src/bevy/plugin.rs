@@ -1,0 +1,184 @@
+//! `MemoryPlugin` and the frame-end reset.
+
+use bevy_app::{App, Last, Plugin};
+use bevy_ecs::prelude::*;
+
+use super::resources::{
+    EngineMemory, FrameMemory, GameMemory, ResetGameArena, reset_game_arena_on_request,
+};
+use super::scratch::ScratchArenas;
+use super::stats::{
+    FrameFigures, FrameMemoryStats, MemoryBudgets, publish_memory_diagnostics, register_diagnostics,
+};
+use crate::arena::ArenaConfig;
+use crate::global::{GlobalPoolConfig, configure_global_pools, maintain_global_pools};
+use crate::thread_arena::{
+    DEFAULT_THREAD_ARENA_CAPACITY, set_thread_arena_capacity, thread_arena_reset_all,
+    thread_arenas_stats,
+};
+
+/// The memory system in a Bevy app.
+///
+/// - Sizes the three global pools (before anything uses them) and the per-thread frame
+///   arenas.
+/// - Inserts the resources: [`ScratchArenas`] (behind the [`Scratch`](super::Scratch)
+///   parameter), [`EngineMemory`], [`GameMemory`], [`FrameMemory`], [`FrameMemoryStats`]
+///   and [`MemoryBudgets`]; registers the [`ResetGameArena`] message and the memory
+///   diagnostics.
+/// - Adds to `Last`, in [`MemorySystems::Reset`]: the level-arena reset on request, then
+///   [`reset_frame_arenas_system`], then the diagnostics.
+///
+/// ```
+/// use bevy_app::App;
+/// use nebula_memory::bevy::{FrameMemoryStats, MemoryPlugin, Scratch};
+///
+/// let mut app = App::new();
+/// app.add_plugins(MemoryPlugin::default())
+///     .add_systems(bevy_app::Update, |scratch: Scratch| {
+///         let temp = scratch.alloc_slice(1000, 0u32);
+///         assert_eq!(temp.len(), 1000);
+///     });
+/// app.update();
+/// assert_eq!(app.world().resource::<FrameMemoryStats>().scratch_bytes, 4000);
+/// ```
+#[derive(Clone, Debug)]
+pub struct MemoryPlugin {
+    /// Sizes of the engine, game and scratch pools. Applied only if no global pool exists
+    /// yet when the plugin is built (a WARN event says so otherwise).
+    pub pools: GlobalPoolConfig,
+    /// Capacity of each thread's frame arena (`thread_arena_alloc`).
+    pub thread_arena_capacity: usize,
+    /// Block sizing and trimming of the scratch arenas behind `Scratch`.
+    pub scratch: ArenaConfig,
+    /// Per-frame budgets: a WARN event when a figure passes 90% of its budget.
+    pub budgets: MemoryBudgets,
+    /// Debug builds: frames that blocks given back stay inaccessible (see
+    /// [`MemoryPool::set_quarantine`](crate::MemoryPool::set_quarantine)), so a stale
+    /// pointer into a freed block faults. `0` (the default) turns it off; release builds
+    /// ignore it.
+    pub quarantine_frames: u32,
+}
+
+impl Default for MemoryPlugin {
+    fn default() -> Self {
+        MemoryPlugin {
+            pools: GlobalPoolConfig::default(),
+            thread_arena_capacity: DEFAULT_THREAD_ARENA_CAPACITY,
+            scratch: ArenaConfig::default(),
+            budgets: MemoryBudgets::default(),
+            quarantine_frames: 0,
+        }
+    }
+}
+
+/// The system sets of the memory plugin, to order your systems around the frame-end reset.
+///
+/// ```
+/// use bevy_app::{App, Last};
+/// use bevy_ecs::prelude::*;
+/// use nebula_memory::bevy::{FrameMemoryStats, MemoryPlugin, MemorySystems};
+///
+/// fn report(stats: Res<FrameMemoryStats>) {
+///     println!("{}", *stats);
+/// }
+/// let mut app = App::new();
+/// app.add_plugins(MemoryPlugin::default())
+///     .add_systems(Last, report.after(MemorySystems::Reset));
+/// app.update();
+/// ```
+#[derive(SystemSet, Debug, Clone, PartialEq, Eq, Hash)]
+pub enum MemorySystems {
+    /// The frame's end: level-arena reset on request, frame arenas reset, statistics.
+    Reset,
+}
+
+impl Plugin for MemoryPlugin {
+    fn build(&self, app: &mut App) {
+        if let Err(e) = configure_global_pools(self.pools) {
+            tracing::warn!("MemoryPlugin: pool sizes not applied: {e}");
+        }
+        set_thread_arena_capacity(self.thread_arena_capacity);
+        if cfg!(debug_assertions) && self.quarantine_frames > 0 {
+            let pools = [
+                crate::engine_pool(),
+                crate::game_pool(),
+                crate::scratch_pool(),
+            ];
+            for pool in pools {
+                pool.set_quarantine(self.quarantine_frames);
+            }
+        }
+        app.insert_resource(ScratchArenas::with_config(self.scratch))
+            .init_resource::<EngineMemory>()
+            .init_resource::<GameMemory>()
+            .init_resource::<FrameMemory>()
+            .init_resource::<FrameMemoryStats>()
+            .insert_resource(self.budgets)
+            .add_message::<ResetGameArena>()
+            .configure_sets(Last, MemorySystems::Reset)
+            .add_systems(
+                Last,
+                (
+                    reset_game_arena_on_request,
+                    reset_frame_arenas_system,
+                    publish_memory_diagnostics,
+                )
+                    .chain()
+                    .in_set(MemorySystems::Reset),
+            );
+        register_diagnostics(app);
+    }
+}
+
+/// The frame's end, for every thread at once: records the frame's figures in
+/// [`FrameMemoryStats`], then
+/// - resets every [`Scratch`](super::Scratch) arena of every thread (and gives a spike's
+///   memory back once the reset policy sees quiet frames);
+/// - swaps the double-buffered [`FrameMemory`] (frame N's data stays through frame N+1);
+/// - resets the per-thread frame arena of **every** thread that has one
+///   (`thread_arena_alloc`), Bevy's worker threads and any other;
+/// - runs the pools' maintenance ([`maintain_global_pools`]): freed pages go back to the OS
+///   after a peak, quarantined blocks are released.
+///
+/// It is an exclusive system (`&mut World`): no other system of the schedule runs while
+/// it does, so no `Scratch` item is alive and no system allocates from a thread arena.
+/// `MemoryPlugin` adds it to `Last` in [`MemorySystems::Reset`]; add it yourself (in your
+/// last schedule) if you do not use the plugin.
+///
+/// Memory from `thread_arena_alloc` therefore lives until the end of the frame it was
+/// allocated in, on every thread: allocate from it only in systems, or in code that is
+/// done with the memory before the frame ends (not in tasks that outlive a frame).
+pub fn reset_frame_arenas_system(world: &mut World) {
+    let scratch = world
+        .get_resource_mut::<ScratchArenas>()
+        .map(|mut arenas| arenas.end_frame())
+        .unwrap_or_default();
+    let frame_bytes = world
+        .get_resource_mut::<FrameMemory>()
+        .map_or(0, |mut frames| frames.end_frame());
+    let threads = thread_arenas_stats();
+    // SAFETY: `thread_arena_reset_all` requires that no thread allocates from a thread
+    // arena while it runs and that no earlier allocation is used afterwards. This is an
+    // exclusive system at the end of the frame: no other system of the schedule is running,
+    // and every system that allocated this frame has finished with its memory. Code outside
+    // the schedule is bound by the rule stated in this function's documentation (thread
+    // arena memory lasts until the frame's end), which `MemoryPlugin` documents too.
+    unsafe { thread_arena_reset_all() };
+    maintain_global_pools();
+    let budgets = world
+        .get_resource::<MemoryBudgets>()
+        .copied()
+        .unwrap_or_default();
+    if let Some(mut stats) = world.get_resource_mut::<FrameMemoryStats>() {
+        stats.record(
+            FrameFigures {
+                scratch_bytes: scratch.peak_bytes,
+                scratch_arenas: scratch.arenas,
+                frame_bytes,
+                thread_arena_bytes: threads.bytes_used,
+                thread_arenas: threads.threads,
+            },
+            &budgets,
+        );
+    }
+}

@@ -1,0 +1,206 @@
+//! The arenas a system reaches as resources: engine lifetime, level lifetime, and frame
+//! data that lives one frame longer.
+
+use std::ops::Deref;
+
+use bevy_ecs::prelude::*;
+
+use crate::double::DoubleBufferedArena;
+use crate::global::scratch_pool;
+use crate::shared::{GameArena, GameArenaGuard, SharedArena, engine_arena, game_arena};
+
+/// The engine's shared arena ([`engine_arena`]) as a resource: allocate from any system,
+/// on any thread; never reset, so allocations live for the process. Derefs to the
+/// [`SharedArena`].
+///
+/// ```
+/// use bevy_ecs::prelude::*;
+/// use nebula_memory::bevy::EngineMemory;
+///
+/// let mut world = World::new();
+/// world.insert_resource(EngineMemory::default());
+/// world.run_system_cached(|engine: Res<EngineMemory>| {
+///     let title: &'static str = engine.arena().alloc_str("nebula");
+///     assert_eq!(title, "nebula");
+/// }).unwrap();
+/// ```
+#[derive(Resource)]
+pub struct EngineMemory {
+    arena: &'static SharedArena<'static>,
+}
+
+impl Default for EngineMemory {
+    fn default() -> Self {
+        EngineMemory {
+            arena: engine_arena(),
+        }
+    }
+}
+
+impl EngineMemory {
+    /// The engine arena itself, for allocations that outlive the system (`&'static`). O(1).
+    ///
+    /// ```
+    /// let engine = nebula_memory::bevy::EngineMemory::default();
+    /// assert_eq!(engine.arena().pool().name(), "engine");
+    /// ```
+    pub fn arena(&self) -> &'static SharedArena<'static> {
+        self.arena
+    }
+}
+
+impl Deref for EngineMemory {
+    type Target = SharedArena<'static>;
+    fn deref(&self) -> &SharedArena<'static> {
+        self.arena
+    }
+}
+
+/// The level arena ([`game_arena`]) as a resource: systems allocate level data through
+/// [`read`](GameMemory::read); send a [`ResetGameArena`] message to free it all on level
+/// change. `MemoryPlugin` resets it in `Last` with exclusive access to this resource, so no
+/// system holds a guard then.
+///
+/// ```
+/// use bevy_ecs::prelude::*;
+/// use nebula_memory::bevy::GameMemory;
+///
+/// let mut world = World::new();
+/// world.insert_resource(GameMemory::default());
+/// world.run_system_cached(|game: Res<GameMemory>| {
+///     let level = game.read();
+///     let spawns = level.alloc_slice_copy(&[(0.0f32, 1.0f32), (5.0, 2.0)]);
+///     assert_eq!(spawns.len(), 2);
+/// }).unwrap();
+/// ```
+#[derive(Resource)]
+pub struct GameMemory {
+    arena: &'static GameArena,
+    /// A reset was asked for but a guard outside the schedule was alive: retried next frame.
+    pending: bool,
+}
+
+impl Default for GameMemory {
+    fn default() -> Self {
+        GameMemory {
+            arena: game_arena(),
+            pending: false,
+        }
+    }
+}
+
+impl GameMemory {
+    /// A guard to allocate through (see [`GameArena::read`]); allocations borrow it. O(1).
+    ///
+    /// ```
+    /// let game = nebula_memory::bevy::GameMemory::default();
+    /// let hp = *game.read().alloc_val(100u32);
+    /// assert_eq!(hp, 100);
+    /// ```
+    pub fn read(&self) -> GameArenaGuard<'_> {
+        self.arena.read()
+    }
+
+    /// The process-wide level arena. O(1).
+    ///
+    /// ```
+    /// let game = nebula_memory::bevy::GameMemory::default();
+    /// assert_eq!(game.arena().stats().pool, "game");
+    /// ```
+    pub fn arena(&self) -> &'static GameArena {
+        self.arena
+    }
+
+    /// Resets the level arena now if no guard is alive, else on a later call (a WARN event
+    /// says so). Returns whether it was reset. O(threads + blocks).
+    ///
+    /// ```
+    /// let mut game = nebula_memory::bevy::GameMemory::default();
+    /// game.read().alloc_slice(100, 0u8);
+    /// assert!(game.reset());
+    /// ```
+    pub fn reset(&mut self) -> bool {
+        self.pending = !self.arena.try_reset();
+        if self.pending {
+            tracing::warn!(
+                "game arena reset postponed: a guard from outside the schedule is alive"
+            );
+        }
+        !self.pending
+    }
+}
+
+/// A message asking `MemoryPlugin` to reset the level arena at the end of this frame
+/// (level change). Write it with `MessageWriter<ResetGameArena>`.
+#[derive(Message, Clone, Copy, Debug, Default)]
+pub struct ResetGameArena;
+
+/// Resets the level arena when a [`ResetGameArena`] message came in (or a reset is still
+/// pending). `ResMut<GameMemory>` keeps every system that holds a guard away meanwhile.
+pub(crate) fn reset_game_arena_on_request(
+    mut requests: MessageReader<ResetGameArena>,
+    mut game: ResMut<GameMemory>,
+) {
+    let asked = requests.read().count() > 0;
+    if asked || game.pending {
+        game.reset();
+    }
+}
+
+/// Frame data that lives one frame longer: a [`DoubleBufferedArena`] on the scratch pool
+/// as a resource. Store a value with `store` and keep the [`FrameHandle`](crate::FrameHandle)
+/// in a component or a resource; any later system this frame or the next reads it with
+/// `get`. `MemoryPlugin` swaps the buffers at the frame's end.
+///
+/// ```
+/// use bevy_ecs::prelude::*;
+/// use nebula_memory::FrameHandle;
+/// use nebula_memory::bevy::FrameMemory;
+///
+/// #[derive(Resource)]
+/// struct Visible(FrameHandle<[u32]>);
+///
+/// let mut world = World::new();
+/// world.insert_resource(FrameMemory::default());
+/// world.run_system_cached(|frames: Res<FrameMemory>, mut commands: Commands| {
+///     commands.insert_resource(Visible(frames.store_slice(&[3, 1, 4])));
+/// }).unwrap();
+/// world.run_system_cached(|frames: Res<FrameMemory>, visible: Res<Visible>| {
+///     assert_eq!(frames.get(visible.0), Some(&[3, 1, 4][..]));
+/// }).unwrap();
+/// ```
+#[derive(Resource)]
+pub struct FrameMemory {
+    frames: DoubleBufferedArena<'static>,
+}
+
+impl Default for FrameMemory {
+    fn default() -> Self {
+        FrameMemory {
+            frames: DoubleBufferedArena::new(scratch_pool()),
+        }
+    }
+}
+
+impl FrameMemory {
+    /// Ends the frame (see [`DoubleBufferedArena::swap`]); returns the bytes the frame
+    /// stored. O(threads + blocks).
+    ///
+    /// ```
+    /// let mut frames = nebula_memory::bevy::FrameMemory::default();
+    /// frames.store(1u64);
+    /// assert_eq!(frames.end_frame(), 8);
+    /// ```
+    pub fn end_frame(&mut self) -> usize {
+        let used = self.frames.current().bytes_used();
+        self.frames.swap();
+        used
+    }
+}
+
+impl Deref for FrameMemory {
+    type Target = DoubleBufferedArena<'static>;
+    fn deref(&self) -> &DoubleBufferedArena<'static> {
+        &self.frames
+    }
+}

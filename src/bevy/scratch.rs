@@ -1,0 +1,283 @@
+//! `Scratch`: a system parameter that hands a system an arena of its own for temporaries.
+//!
+//! Each thread keeps a small stack of scratch arenas (on the scratch pool) with a busy flag
+//! each, in a [`ScratchArenas`] resource. `get_param` claims a free arena of the thread the
+//! system runs on (creating one if all are busy) and takes a checkpoint; dropping the item
+//! rewinds the arena to it and frees the arena for the next claim. The frame-end reset
+//! (`reset_frame_arenas_system`) resets every arena of every thread and gives spikes back.
+//!
+//! Why this is sound under Bevy's executor:
+//! - **Work stealing.** A system blocked in `par_iter` or a task scope runs other systems on
+//!   its own thread meanwhile. Those claim *other* arenas of the thread (the first one is
+//!   busy), so nothing they do touches the suspended system's arena.
+//! - **Two `Scratch` parameters in one system** claim two arenas; they are dropped in
+//!   declaration order, which is fine: each rewinds only its own arena.
+//! - **`mem::forget` of an item** leaves its arena busy (never claimed again this frame)
+//!   and not rewound; the frame-end reset, with exclusive access to the world, frees it.
+//!   Nothing can still borrow it then: everything an item hands out borrows the item, whose
+//!   lifetime is the system run.
+//! - **Other threads.** An item is neither `Send` nor `Sync`, and what it derefs to
+//!   (`MemoryArena`) is not `Sync`, so neither the item nor its memory can be captured by a
+//!   task or closure that runs on another thread.
+//! - **The reset.** `Scratch` registers *read* access to `ScratchArenas`, so it conflicts
+//!   with any system that takes it mutably; the reset runs as an exclusive system, so no
+//!   `Scratch` item is alive while it resets.
+
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::ptr::NonNull;
+
+use bevy_ecs::change_detection::Tick;
+use bevy_ecs::prelude::*;
+use bevy_ecs::system::{
+    ReadOnlySystemParam, SystemAccess, SystemMeta, SystemParam, SystemParamValidationError,
+};
+use bevy_ecs::world::unsafe_world_cell::UnsafeWorldCell;
+use thread_local::ThreadLocal;
+
+use crate::arena::{ArenaConfig, Checkpoint, MemoryArena};
+use crate::global::scratch_pool;
+
+/// One scratch arena and whether a `Scratch` item holds it.
+struct ScratchSlot {
+    busy: Cell<bool>,
+    arena: MemoryArena<'static>,
+}
+
+/// One thread's scratch arenas. Each is boxed and held by raw pointer, so that growing the
+/// list never moves or reborrows an arena an item is using.
+struct ThreadScratch {
+    slots: RefCell<Vec<NonNull<ScratchSlot>>>,
+}
+
+// SAFETY: the slots are owned (from `Box::into_raw`) and have no thread affinity. A
+// thread's `ThreadScratch` is used through `&` only by that thread (`ThreadLocal::get_or`
+// in `claim`, and the items it makes, which are not `Send`), and by others only through
+// `&mut` (the frame-end reset).
+unsafe impl Send for ThreadScratch {}
+
+impl Drop for ThreadScratch {
+    fn drop(&mut self) {
+        for slot in self.slots.get_mut().drain(..) {
+            // SAFETY: from `Box::into_raw` in `claim`; the resource is being dropped, so no
+            // item is alive.
+            drop(unsafe { Box::from_raw(slot.as_ptr()) });
+        }
+    }
+}
+
+/// The per-thread scratch arenas behind [`Scratch`]; inserted by `MemoryPlugin`.
+///
+/// ```
+/// use bevy_ecs::prelude::*;
+/// use nebula_memory::bevy::{Scratch, ScratchArenas};
+///
+/// let mut world = World::new();
+/// world.insert_resource(ScratchArenas::default());
+/// let sum = world
+///     .run_system_cached(|scratch: Scratch| {
+///         let squares = scratch.alloc_slice_fill_with(10, |i| i * i);
+///         squares.iter().sum::<usize>()
+///     })
+///     .unwrap();
+/// assert_eq!(sum, 285);
+/// ```
+#[derive(Resource)]
+pub struct ScratchArenas {
+    threads: ThreadLocal<ThreadScratch>,
+    config: ArenaConfig,
+}
+
+impl Default for ScratchArenas {
+    fn default() -> Self {
+        Self::with_config(ArenaConfig::default())
+    }
+}
+
+/// Figures of all scratch arenas at a frame's end, from [`ScratchArenas::end_frame`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScratchFrame {
+    /// Sum over the arenas of the most each held at once during the frame.
+    pub peak_bytes: usize,
+    /// Scratch arenas in all threads (a thread has one per nesting depth it reached).
+    pub arenas: usize,
+    /// Bytes of scratch-pool blocks the arenas hold after the reset.
+    pub bytes_held: usize,
+}
+
+impl ScratchArenas {
+    /// Scratch arenas whose blocks follow `config`. O(1).
+    ///
+    /// ```
+    /// use nebula_memory::{ArenaConfig, bevy::ScratchArenas};
+    /// let arenas = ScratchArenas::with_config(ArenaConfig::default().first_block(16 * 1024));
+    /// ```
+    pub fn with_config(config: ArenaConfig) -> Self {
+        ScratchArenas {
+            threads: ThreadLocal::new(),
+            config,
+        }
+    }
+
+    /// Claims a free arena of the calling thread (making one if all are busy).
+    fn claim(&self) -> NonNull<ScratchSlot> {
+        let thread = self.threads.get_or(|| ThreadScratch {
+            slots: RefCell::new(Vec::new()),
+        });
+        let mut slots = thread.slots.borrow_mut();
+        for &slot in slots.iter() {
+            // SAFETY: a live slot of this thread; only this thread touches it through `&`.
+            let s = unsafe { slot.as_ref() };
+            if !s.busy.get() {
+                s.busy.set(true);
+                return slot;
+            }
+        }
+        let slot = Box::new(ScratchSlot {
+            busy: Cell::new(true),
+            arena: MemoryArena::with_config(scratch_pool(), self.config),
+        });
+        let slot = NonNull::from(Box::leak(slot));
+        slots.push(slot);
+        slot
+    }
+
+    /// Ends the frame for every scratch arena of every thread: frees arenas an item was
+    /// `mem::forget`-ed on, resets all of them (each keeps the block its reset policy
+    /// chooses, so a spike is given back after a few quiet frames), and returns the frame's
+    /// figures. `&mut self` proves no [`Scratch`] item is alive. O(arenas).
+    ///
+    /// ```
+    /// let mut arenas = nebula_memory::bevy::ScratchArenas::default();
+    /// assert_eq!(arenas.end_frame().peak_bytes, 0);
+    /// ```
+    pub fn end_frame(&mut self) -> ScratchFrame {
+        let mut frame = ScratchFrame::default();
+        for thread in self.threads.iter_mut() {
+            for slot in thread.slots.get_mut().iter() {
+                // SAFETY: `&mut self`: no item holds any slot, so we have the only access.
+                let slot = unsafe { &mut *slot.as_ptr() };
+                slot.busy.set(false);
+                frame.peak_bytes += slot.arena.frame_peak();
+                frame.arenas += 1;
+                slot.arena.reset();
+                frame.bytes_held += slot.arena.bytes_held();
+            }
+        }
+        frame
+    }
+}
+
+/// A system parameter: scratch memory for this system run, from an arena no other system
+/// touches while the item lives. It derefs to [`MemoryArena`], so everything an arena does
+/// works (`scratch.alloc_slice(..)`, `Vec::new_in(&*scratch)`, `hashbrown::HashMap::new_in(
+/// &*scratch)`). What it allocated is given back when the item is dropped (the end of the
+/// system run), and the arenas are reset at the frame's end on whichever threads they are.
+///
+/// Needs the [`ScratchArenas`] resource (`MemoryPlugin` inserts it).
+///
+/// ```
+/// use bevy_ecs::prelude::*;
+/// use nebula_memory::bevy::{Scratch, ScratchArenas};
+///
+/// #[derive(Component)]
+/// struct Pos(f32, f32);
+///
+/// fn nearest_to_origin(scratch: Scratch, query: Query<&Pos>) -> f32 {
+///     let mut dists = allocator_api2::vec::Vec::new_in(&*scratch);
+///     dists.extend(query.iter().map(|p| p.0 * p.0 + p.1 * p.1));
+///     dists.iter().cloned().fold(f32::MAX, f32::min)
+/// }
+///
+/// let mut world = World::new();
+/// world.insert_resource(ScratchArenas::default());
+/// world.spawn(Pos(3.0, 4.0));
+/// world.spawn(Pos(1.0, 0.0));
+/// assert_eq!(world.run_system_cached(nearest_to_origin).unwrap(), 1.0);
+/// ```
+pub struct Scratch<'w> {
+    slot: NonNull<ScratchSlot>,
+    /// Where the arena was when the item claimed it; the drop rewinds to it.
+    mark: Checkpoint,
+    /// Borrows the resource for the run; `*const ()` makes the item neither `Send` nor
+    /// `Sync`.
+    _marker: PhantomData<(&'w ScratchArenas, *const ())>,
+}
+
+impl Deref for Scratch<'_> {
+    type Target = MemoryArena<'static>;
+
+    fn deref(&self) -> &MemoryArena<'static> {
+        // SAFETY: the item holds the slot's busy flag, so no other item uses the arena, and
+        // the slot lives as long as the resource the item borrows.
+        unsafe { &self.slot.as_ref().arena }
+    }
+}
+
+impl Drop for Scratch<'_> {
+    fn drop(&mut self) {
+        // SAFETY: as in `deref`. Everything allocated through the item borrows it, so none
+        // of it is alive now: rewinding to the claim's mark frees only memory of this item.
+        unsafe {
+            let slot = self.slot.as_ref();
+            slot.arena.rewind(self.mark);
+            slot.busy.set(false);
+        }
+    }
+}
+
+impl std::fmt::Debug for Scratch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scratch").field("arena", &**self).finish()
+    }
+}
+
+// SAFETY: access is exactly `Res<ScratchArenas>`'s (a read of that resource), delegated to
+// its implementation; `get_param` reads the resource and claims a slot through its
+// interior (per-thread, busy-flagged) state, like a `Res<Mutex<_>>` would.
+unsafe impl SystemParam for Scratch<'_> {
+    type State = <Res<'static, ScratchArenas> as SystemParam>::State;
+    type Item<'w, 's> = Scratch<'w>;
+
+    fn init_state(world: &mut World) -> Self::State {
+        Res::<ScratchArenas>::init_state(world)
+    }
+
+    fn init_access(
+        state: &Self::State,
+        system_meta: &mut SystemMeta,
+        system_access: &mut SystemAccess,
+        world: &mut World,
+    ) {
+        Res::<ScratchArenas>::init_access(state, system_meta, system_access, world);
+    }
+
+    unsafe fn get_param<'w, 's>(
+        state: &'s mut Self::State,
+        system_meta: &SystemMeta,
+        world: UnsafeWorldCell<'w>,
+        change_tick: Tick,
+    ) -> Result<Self::Item<'w, 's>, SystemParamValidationError> {
+        // SAFETY: forwarded from our caller, with the access `Res` registered.
+        let arenas =
+            unsafe { Res::<ScratchArenas>::get_param(state, system_meta, world, change_tick) }
+                .map_err(|_| {
+                    SystemParamValidationError::invalid::<Self>(
+                        "no ScratchArenas resource: add nebula_memory::bevy::MemoryPlugin",
+                    )
+                })?
+                .into_inner();
+        let slot = arenas.claim();
+        // SAFETY: we just claimed the slot.
+        let mark = unsafe { slot.as_ref() }.arena.checkpoint();
+        Ok(Scratch {
+            slot,
+            mark,
+            _marker: PhantomData,
+        })
+    }
+}
+
+// SAFETY: `Scratch` only reads the world (see above).
+unsafe impl ReadOnlySystemParam for Scratch<'_> {}
