@@ -2,7 +2,8 @@
 //! cannot escape, scratch memory and a thread's part of a shared arena cannot reach another
 //! thread, `reset` cannot run while a borrow or a collection is alive (nor the game arena's
 //! while an allocation from a guard is), a double-buffered reference cannot live across
-//! `swap`, and types with destructors are refused by `alloc_val`.
+//! `swap`, a Bevy `Scratch` item cannot reach another thread (a spawned closure, a
+//! `par_iter` body), and types with destructors are refused by `alloc_val`.
 //!
 //! The expected compiler messages (`tests/ui/*.stderr`) are those of the stable toolchain
 //! CI uses; `TRYBUILD=overwrite cargo test --test compile_fail` refreshes them.
@@ -27,4 +28,9 @@ fn compile_fail() {
     t.compile_fail("tests/ui/shared_local_to_thread.rs");
     t.compile_fail("tests/ui/frame_ref_outlives_swap.rs");
     t.compile_fail("tests/ui/game_guard_escape.rs");
+    #[cfg(feature = "bevy")]
+    {
+        t.compile_fail("tests/ui/scratch_param_to_thread.rs");
+        t.compile_fail("tests/ui/scratch_in_par_iter.rs");
+    }
 }

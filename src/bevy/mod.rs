@@ -1,6 +1,6 @@
 //! Bevy integration (feature `bevy`, on by default): the memory system in a Bevy 0.20 app.
 //!
-//! ```
+//! ```standalone_crate
 //! use bevy_app::{App, Update};
 //! use bevy_ecs::prelude::*;
 //! use nebula_memory::bevy::{FrameMemory, MemoryPlugin, Scratch};

@@ -28,7 +28,7 @@ use crate::thread_arena::{
 /// - Adds to `Last`, in [`MemorySystems::Reset`]: the level-arena reset on request, then
 ///   [`reset_frame_arenas_system`], then the diagnostics.
 ///
-/// ```
+/// ```standalone_crate
 /// use bevy_app::App;
 /// use nebula_memory::bevy::{FrameMemoryStats, MemoryPlugin, Scratch};
 ///
@@ -73,7 +73,7 @@ impl Default for MemoryPlugin {
 
 /// The system sets of the memory plugin, to order your systems around the frame-end reset.
 ///
-/// ```
+/// ```standalone_crate
 /// use bevy_app::{App, Last};
 /// use bevy_ecs::prelude::*;
 /// use nebula_memory::bevy::{FrameMemoryStats, MemoryPlugin, MemorySystems};

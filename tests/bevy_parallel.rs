@@ -1,0 +1,252 @@
+//! `Scratch` under Bevy's multi-threaded executor, with 4 compute threads (a test binary of
+//! its own: Bevy's task pools are process-wide and the first configuration wins).
+#![cfg(feature = "bevy")]
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use allocator_api2::vec::Vec as AVec;
+use bevy_app::{App, TaskPoolOptions, TaskPoolPlugin, TaskPoolThreadAssignmentPolicy, Update};
+use bevy_ecs::prelude::*;
+use nebula_memory::bevy::{FrameMemoryStats, MemoryPlugin, Scratch};
+
+/// A headless app whose compute pool has exactly 4 threads (on a 2-core machine Bevy's
+/// default would give it one), with the memory plugin.
+fn app() -> App {
+    let compute = TaskPoolThreadAssignmentPolicy {
+        min_threads: 4,
+        max_threads: 4,
+        percent: 1.0,
+        on_thread_spawn: None,
+        on_thread_destroy: None,
+    };
+    let mut app = App::new();
+    app.add_plugins(TaskPoolPlugin {
+        task_pool_options: TaskPoolOptions {
+            compute,
+            ..Default::default()
+        },
+    })
+    .add_plugins(MemoryPlugin::default());
+    app
+}
+
+fn frames(n: usize) -> usize {
+    if cfg!(miri) { n / 100 } else { n }
+}
+
+#[derive(Resource, Default)]
+struct Checks {
+    failures: AtomicUsize,
+    runs: AtomicUsize,
+    threads: Mutex<HashSet<std::thread::ThreadId>>,
+}
+
+#[derive(Resource, Default)]
+struct Frame(u64);
+
+/// A system that builds, sorts and sums a frame-dependent list in scratch memory and
+/// checks the sum against the same computation on the heap.
+fn worker<const K: u64>(scratch: Scratch, frame: Res<Frame>, checks: Res<Checks>) {
+    let n = 2_000 + (frame.0 as usize * 7 + K as usize * 13) % 500;
+    let value = |i: usize| (i as u64).wrapping_mul(2_654_435_761 ^ K ^ frame.0) % 10_007;
+    let mut list = AVec::with_capacity_in(16, &*scratch);
+    list.extend((0..n).map(value));
+    list.sort_unstable();
+    let pairs = scratch.alloc_slice_fill_with(n / 2, |i| list[2 * i] + list[2 * i + 1]);
+    let got: u64 = pairs.iter().sum::<u64>() + if n % 2 == 1 { list[n - 1] } else { 0 };
+    let want: u64 = (0..n).map(value).sum();
+    if got != want || !list.is_sorted() {
+        checks.failures.fetch_add(1, Ordering::Relaxed);
+    }
+    checks.runs.fetch_add(1, Ordering::Relaxed);
+    checks
+        .threads
+        .lock()
+        .unwrap()
+        .insert(std::thread::current().id());
+}
+
+/// Several parallel `Scratch` systems for thousands of frames: results are right, the
+/// systems run on several threads, and scratch-pool usage is flat after a warm-up.
+#[test]
+fn parallel_scratch_systems_for_thousands_of_frames() {
+    let n = frames(3_000);
+    let mut app = app();
+    app.init_resource::<Checks>()
+        .init_resource::<Frame>()
+        .add_systems(
+            Update,
+            (
+                worker::<1>,
+                worker::<2>,
+                worker::<3>,
+                worker::<4>,
+                worker::<5>,
+            ),
+        );
+    app.finish();
+    app.cleanup();
+    let mut in_use = Vec::with_capacity(n);
+    for f in 0..n {
+        app.world_mut().resource_mut::<Frame>().0 = f as u64;
+        app.update();
+        in_use.push(nebula_memory::scratch_pool().stats().in_use);
+    }
+    let checks = app.world().resource::<Checks>();
+    assert_eq!(checks.failures.load(Ordering::Relaxed), 0);
+    assert_eq!(checks.runs.load(Ordering::Relaxed), 5 * n);
+    let threads = checks.threads.lock().unwrap().len();
+    assert!(threads >= 2, "the systems ran on {threads} thread(s)");
+    let stats = *app.world().resource::<FrameMemoryStats>();
+    assert_eq!(stats.frame, n as u64);
+    // Each arena's peak is at least one system's list (systems share a thread's arena one
+    // after the other, so the sum is less than five lists).
+    assert!(stats.scratch_bytes >= 2_000 * 8, "{stats}");
+    assert!((1..=8).contains(&stats.scratch_arenas), "{stats}");
+    // After a warm-up each thread's arenas hold the blocks their frames need: no pool
+    // traffic, flat usage.
+    let warm = &in_use[n / 3..];
+    assert!(
+        warm.iter().all(|&x| x == warm[0]),
+        "scratch pool usage changes after warm-up: {:?}",
+        &warm[..warm.len().min(20)]
+    );
+}
+
+#[derive(Component)]
+struct Item(u32);
+
+/// Where the `outer` system of this thread is waiting, if it is (0: not waiting).
+const NOT_WAITING: u8 = 0;
+const IN_SCOPE: u8 = 1;
+const IN_PAR_ITER: u8 = 2;
+
+thread_local! {
+    static OUTER_WAITS: std::cell::Cell<u8> = const { std::cell::Cell::new(NOT_WAITING) };
+}
+
+#[derive(Resource, Default)]
+struct Nesting {
+    in_scope: AtomicUsize,
+    in_par_iter: AtomicUsize,
+    corrupted: AtomicUsize,
+}
+
+/// Holds scratch memory across a task scope and a `par_iter`, during which work stealing
+/// runs other systems on this thread; checks its memory afterwards.
+fn outer(scratch: Scratch, items: Query<&Item>, nesting: Res<Nesting>) {
+    let mine = scratch.alloc_slice_fill_with(4_096, |i| (i * 31) as u32);
+    // Tasks that block (as I/O or a lock would): the thread waits for them and runs
+    // other systems meanwhile.
+    OUTER_WAITS.set(IN_SCOPE);
+    bevy_tasks::ComputeTaskPool::get().scope(|s| {
+        for _ in 0..8 {
+            s.spawn(async { std::thread::sleep(std::time::Duration::from_millis(3)) });
+        }
+    });
+    OUTER_WAITS.set(IN_PAR_ITER);
+    items.par_iter().for_each(|item| {
+        std::thread::sleep(std::time::Duration::from_micros(400));
+        std::hint::black_box(item.0);
+    });
+    OUTER_WAITS.set(NOT_WAITING);
+    let more = scratch.alloc_slice(100, 7u8);
+    if !mine.iter().enumerate().all(|(i, &x)| x == (i * 31) as u32) || more != [7u8; 100] {
+        nesting.corrupted.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A scratch user that may be stolen onto `outer`'s thread while `outer` waits.
+fn inner<const K: u8>(scratch: Scratch, nesting: Res<Nesting>) {
+    match OUTER_WAITS.get() {
+        IN_SCOPE => nesting.in_scope.fetch_add(1, Ordering::Relaxed),
+        IN_PAR_ITER => nesting.in_par_iter.fetch_add(1, Ordering::Relaxed),
+        _ => 0,
+    };
+    let junk = scratch.alloc_slice(8_192, K);
+    // Long enough that several are still queued while `outer` waits.
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    if junk.iter().any(|&b| b != K) {
+        nesting.corrupted.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Scratch users nested on one thread by work stealing (while a system waits in a task
+/// scope or in `par_iter`) each get an arena of their own: the waiting system's memory is
+/// intact afterwards.
+#[test]
+fn nested_scratch_users_through_work_stealing() {
+    let n = frames(100);
+    let mut app = app();
+    app.init_resource::<Nesting>()
+        .add_systems(
+            Update,
+            (
+                outer, inner::<1>, inner::<2>, inner::<3>, inner::<4>, inner::<5>, inner::<6>,
+            ),
+        )
+        .add_systems(
+            Update,
+            (
+                inner::<7>,
+                inner::<8>,
+                inner::<9>,
+                inner::<10>,
+                inner::<11>,
+                inner::<12>,
+            ),
+        );
+    app.world_mut().spawn_batch((0..200).map(Item));
+    app.finish();
+    app.cleanup();
+    let mut arenas = 0;
+    // At least `n` frames, and on until a run was nested (how often work stealing nests
+    // a system depends on the machine's timing; at most 10x longer).
+    for frame in 0..10 * n {
+        app.update();
+        arenas = arenas.max(app.world().resource::<FrameMemoryStats>().scratch_arenas);
+        let nesting = app.world().resource::<Nesting>();
+        let nested =
+            nesting.in_scope.load(Ordering::Relaxed) + nesting.in_par_iter.load(Ordering::Relaxed);
+        if frame + 1 >= n && nested > 0 {
+            break;
+        }
+    }
+    let nesting = app.world().resource::<Nesting>();
+    assert_eq!(nesting.corrupted.load(Ordering::Relaxed), 0);
+    let (scope, par) = (
+        nesting.in_scope.load(Ordering::Relaxed),
+        nesting.in_par_iter.load(Ordering::Relaxed),
+    );
+    let nested = scope + par;
+    println!(
+        "{nested} inner runs started on the thread of a waiting `outer` ({scope} in a scope, \
+         {par} in par_iter); at most {arenas} scratch arenas"
+    );
+    assert!(
+        nested > 0,
+        "work stealing never nested a system: the test proves nothing"
+    );
+    assert!(arenas > 4, "a nested run took a second arena on its thread");
+}
+
+/// Two `Scratch` parameters in one system are two arenas; they are dropped in declaration
+/// order, each rewinding only its own.
+#[test]
+fn two_scratch_parameters_in_one_system() {
+    let mut app = app();
+    app.add_systems(Update, |a: Scratch, b: Scratch| {
+        let x = a.alloc_slice(1_000, 1u8);
+        let y = b.alloc_slice(1_000, 2u8);
+        assert!(!std::ptr::eq(&*a, &*b), "two items, one arena");
+        assert!(x.iter().all(|&v| v == 1) && y.iter().all(|&v| v == 2));
+        assert_eq!((a.bytes_used(), b.bytes_used()), (1_000, 1_000));
+    });
+    for _ in 0..frames(100) {
+        app.update();
+    }
+    let stats = *app.world().resource::<FrameMemoryStats>();
+    assert_eq!(stats.scratch_bytes, 2_000, "{stats}");
+}
