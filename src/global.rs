@@ -91,6 +91,16 @@ pub fn configure_global_pools(config: GlobalPoolConfig) -> Result<(), PoolError>
     Ok(())
 }
 
+/// The sizes the global pools have (once created) or will have. O(1).
+///
+/// ```
+/// let sizes = nebula_memory::global_pool_config();
+/// assert!(sizes.scratch > 0);
+/// ```
+pub fn global_pool_config() -> GlobalPoolConfig {
+    CONFIG.lock().sizes
+}
+
 fn create(name: &'static str, size: fn(&GlobalPoolConfig) -> usize) -> MemoryPool {
     let mut c = CONFIG.lock();
     c.frozen.get_or_insert(name);

@@ -58,8 +58,8 @@ pub use typed::ArenaBox;
 pub use block::MemoryBlock;
 pub use error::{AllocError, PoolError};
 pub use global::{
-    GlobalPoolConfig, configure_global_pools, engine_pool, game_pool, maintain_global_pools,
-    scratch_pool,
+    GlobalPoolConfig, configure_global_pools, engine_pool, game_pool, global_pool_config,
+    maintain_global_pools, scratch_pool,
 };
 pub use pool::{MemoryPool, PoolStats};
 

@@ -11,7 +11,9 @@ use super::stats::{
     FrameFigures, FrameMemoryStats, MemoryBudgets, publish_memory_diagnostics, register_diagnostics,
 };
 use crate::arena::ArenaConfig;
-use crate::global::{GlobalPoolConfig, configure_global_pools, maintain_global_pools};
+use crate::global::{
+    GlobalPoolConfig, configure_global_pools, global_pool_config, maintain_global_pools,
+};
 use crate::thread_arena::{
     DEFAULT_THREAD_ARENA_CAPACITY, set_thread_arena_capacity, thread_arena_reset_all,
     thread_arenas_stats,
@@ -94,7 +96,9 @@ pub enum MemorySystems {
 
 impl Plugin for MemoryPlugin {
     fn build(&self, app: &mut App) {
-        if let Err(e) = configure_global_pools(self.pools) {
+        if let Err(e) = configure_global_pools(self.pools)
+            && global_pool_config() != self.pools
+        {
             tracing::warn!("MemoryPlugin: pool sizes not applied: {e}");
         }
         set_thread_arena_capacity(self.thread_arena_capacity);
