@@ -1,14 +1,15 @@
-//! A simulated game loop on nebula_memory: per-frame arena, nested scratch space, a thread
-//! frame arena, and the statistics a budget is tuned with.
+//! The core without Bevy: a simulated game loop with a per-frame arena, nested scratch
+//! space, a shared arena that worker threads fill at once, frame data kept for the next
+//! frame behind a handle, a thread frame arena, and the statistics a budget is tuned with.
 //!
-//! Run with `cargo run --release --example game_frame`.
+//! Run with `cargo run --release --example basic`.
 
 use std::alloc::Layout;
 use std::hint::black_box;
 
 use nebula_memory::{
-    MemoryArena, engine_pool, game_pool, scratch_pool, thread_arena_alloc, thread_arena_reset,
-    with_scratch,
+    DoubleBufferedArena, FrameHandle, MemoryArena, SharedArena, engine_pool, game_pool,
+    scratch_pool, thread_arena_alloc, thread_arena_reset, with_scratch,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -34,6 +35,9 @@ fn main() {
     const FRAMES: u32 = 600;
     let mut rng = SplitMix(42);
     let mut frame_arena = MemoryArena::new(scratch_pool());
+    let mut workers = SharedArena::new(game_pool());
+    let mut frames = DoubleBufferedArena::new(scratch_pool());
+    let mut last_visible: Option<FrameHandle<usize>> = None;
     let mut checksum = 0.0f32;
 
     for frame in 0..FRAMES {
@@ -63,9 +67,31 @@ fn main() {
             })
         });
 
+        // Four workers fill one shared arena at once, each in blocks of its own.
+        let totals: Vec<u64> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4u64)
+                .map(|w| {
+                    let workers = &workers;
+                    s.spawn(move || {
+                        let path = workers.alloc_slice_fill_with(256, |i| w * 256 + i as u64);
+                        path.iter().sum::<u64>()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or(0)).collect()
+        });
+        workers.reset(); // `&mut`: every worker's borrow has ended
+
+        // Frame data read by the next frame, through a handle (no lifetime).
+        if let Some(h) = last_visible {
+            let previous = frames.get(h).copied().unwrap_or(0);
+            checksum += (previous % 7) as f32;
+        }
+        last_visible = Some(frames.store(visible));
+
         // Debug text, formatted straight into the frame arena.
         let label = frame_arena.alloc_fmt(format_args!("frame {frame}: {visible} visible"));
-        checksum += label.len() as f32 + particles[count - 1].pos[1];
+        checksum += label.len() as f32 + particles[count - 1].pos[1] + (totals[3] % 5) as f32;
 
         // The per-thread frame arena.
         let p = thread_arena_alloc(Layout::new::<[u64; 64]>()).expect("thread arena has room");
@@ -75,11 +101,13 @@ fn main() {
             println!("{}", frame_arena.stats());
         }
         frame_arena.reset();
+        frames.swap(); // this frame's data stays readable through the next one
         // SAFETY: nothing from the thread arena survives the frame.
         unsafe { thread_arena_reset() };
     }
 
     println!("checksum {checksum}");
+    println!("workers' {workers}");
     for pool in [engine_pool(), game_pool(), scratch_pool()] {
         println!("pool {:<8} {}", pool.name(), pool.stats());
     }
