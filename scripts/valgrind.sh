@@ -9,7 +9,8 @@
 # Binaries that spawn a child of themselves (quarantine: the deliberate stale read must die
 # of SIGSEGV) run under valgrind; the child runs natively (no --trace-children).
 #
-# NEBULA_UNDER_VALGRIND=1 makes tests/pool_rss.rs and tests/soak.rs skip their RSS
+# NEBULA_UNDER_VALGRIND=1 makes tests/bevy_parallel.rs run fewer frames, and tests/pool_rss.rs
+# and tests/soak.rs skip their RSS
 # assertions only (valgrind's shadow memory and replacement heap are in /proc/self/statm);
 # all their other assertions still run.
 set -euo pipefail

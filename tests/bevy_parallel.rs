@@ -32,8 +32,14 @@ fn app() -> App {
     app
 }
 
+/// `n` frames; fewer under valgrind (scripts/valgrind.sh sets `NEBULA_UNDER_VALGRIND`),
+/// which runs 30-50 times slower.
 fn frames(n: usize) -> usize {
-    if cfg!(miri) { n / 100 } else { n }
+    if std::env::var_os("NEBULA_UNDER_VALGRIND").is_some() {
+        n / 20
+    } else {
+        n
+    }
 }
 
 #[derive(Resource, Default)]
