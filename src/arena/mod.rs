@@ -48,6 +48,7 @@ pub use chain::heap_fallbacks;
 pub use config::ArenaConfig;
 pub use position::{ArenaScope, Checkpoint};
 pub use stats::ArenaStats;
+#[cfg(feature = "bevy")]
 pub(crate) use stats::Bytes;
 
 /// Bytes skipped before a moving grow (one cache line; see `MemoryArena::colour`).
