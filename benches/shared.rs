@@ -3,7 +3,9 @@
 //! arena), and `FrameHandle::get` against a plain reference.
 //!
 //! - **S1, W2 on one thread** (1,000 allocations of 32 B, align 16, one byte written each,
-//!   then reset): `memory-arena`; `shared` (`SharedArena` through `Deref`, so every call
+//!   then reset): `memory-arena`; `memory-arena-ref` (the same arena through a shared
+//!   reference the optimiser cannot prove unique, as allocator handles are, so its cursor
+//!   goes through memory on every allocation); `shared` (`SharedArena` through `Deref`, so every call
 //!   looks up the thread's part); `shared-local` (`SharedArena::local` taken once per
 //!   frame); `sync-blink` (`SyncBlinkAlloc::allocate`, its thread-shared path, then
 //!   `reset`); `cas` (one buffer bumped with a compare-and-swap loop); `limit` (the floor).
@@ -132,6 +134,16 @@ fn s1(c: &mut Criterion) {
         }
         a.reset();
     };
+    // The same arena reached through a shared reference the optimiser cannot see is
+    // unique, as every allocator handle (`&MemoryArena` in a `Vec`, a `Scratch` item) is:
+    // the cursor is loaded and stored on every allocation instead of living in registers.
+    let memory_ref_frame = |a: &mut MemoryArena<'_>| {
+        let r: &MemoryArena<'_> = black_box(&*a);
+        for i in 0..OBJECTS {
+            touch(r.alloc(PARTICLE), i);
+        }
+        a.reset();
+    };
     let shared_frame = |a: &mut SharedArena<'_>| {
         for i in 0..OBJECTS {
             touch(a.alloc(PARTICLE), i);
@@ -168,6 +180,9 @@ fn s1(c: &mut Criterion) {
     };
 
     g.bench_function("memory-arena", |b| b.iter(|| memory_frame(&mut arena)));
+    g.bench_function("memory-arena-ref", |b| {
+        b.iter(|| memory_ref_frame(&mut arena))
+    });
     g.bench_function("shared", |b| b.iter(|| shared_frame(&mut shared)));
     g.bench_function("shared-local", |b| b.iter(|| local_frame(&mut shared)));
     g.bench_function("sync-blink", |b| b.iter(|| blink_frame(&mut blink)));
@@ -190,6 +205,10 @@ fn s1(c: &mut Criterion) {
         &mut || batch(&mut || shared_frame(&mut shared)),
         &mut || batch(&mut || memory_frame(&mut arena)),
     );
+    let (shared_vs_memory_ref, _) = paired_median(
+        &mut || batch(&mut || shared_frame(&mut shared)),
+        &mut || batch(&mut || memory_ref_frame(&mut arena)),
+    );
     let (local_vs_memory, _) =
         paired_median(&mut || batch(&mut || local_frame(&mut shared)), &mut || {
             batch(&mut || memory_frame(&mut arena))
@@ -203,6 +222,7 @@ fn s1(c: &mut Criterion) {
     });
     println!("S1 paired ratios (median of 31 alternating batches of {FRAMES} frames):");
     println!("  shared       / memory-arena  {shared_vs_memory:.3}   (target <= 1.3)");
+    println!("  shared       / memory-arena-ref  {shared_vs_memory_ref:.3}");
     println!("  shared-local / memory-arena  {local_vs_memory:.3}");
     println!("  shared       / sync-blink    {shared_vs_blink:.3}   (target < 1)");
     println!("  cas          / memory-arena  {cas_vs_memory:.3}");
