@@ -1,5 +1,16 @@
-//! Workloads W1–W6 of `WORKLOADS.md`, nebula_memory against every peer, side by side in one
-//! run.
+//! Workloads W1–W6, nebula_memory against every peer, side by side in one run:
+//!
+//! - W1 burst-1M: 1,000,000 allocations of 8..=128 B (align 8), then free everything
+//!   (arenas: one reset); ns per allocation and µs per free-all.
+//! - W2 particles: per frame 1,000 allocations of 32 B (align 16), then free all / reset.
+//! - W3 vec-push: one `Vec<u32>` pushed to 1,000,000 elements inside the allocator, then reset.
+//! - W4 interleaved-vecs: 64 `Vec<u64>` grown round-robin to 1,000 elements each (growth
+//!   mostly not at the top), then reset.
+//! - W5 mixed-frame: per frame 200 allocations of 16..=4096 B with the alignment drawn from
+//!   {8, 16, 32, 64}, plus 10 strings of 20..=200 B copied in, then reset; 10,000 frames.
+//! - W6 two-threads: W2 on 2 threads at once, one arena per thread; scaling against 1 thread.
+//!
+//! W7 (pool churn) is `benches/pool_churn.rs`.
 //!
 //! Contenders:
 //! - `nebula`: a [`MemoryArena`] (default config) over a private [`MemoryPool`] per workload,
