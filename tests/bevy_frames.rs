@@ -1,6 +1,7 @@
 //! The frame's end in a Bevy app with `MemoryPlugin`: every thread's frame memory reset,
 //! systems ordered after it, frame handles across frames, the level arena's reset message,
-//! statistics, budget warnings and diagnostics. (Bevy's default task pools.)
+//! statistics, budget warnings and diagnostics, and the trim after a spike. (Bevy's
+//! default task pools.)
 #![cfg(feature = "bevy")]
 
 use std::alloc::Layout;
@@ -260,4 +261,49 @@ fn statistics_budgets_and_diagnostics() {
         .count();
     assert_eq!(debug, 2, "{events:?}");
     assert_eq!(warn, 2, "{events:?}");
+}
+
+#[derive(Resource, Default)]
+struct Tick(u32);
+
+/// A spike of scratch memory is given back by the frame-end reset once quiet frames
+/// follow: the scratch pool's use returns to where it was before the spike.
+#[test]
+fn the_frame_end_trims_scratch_after_a_spike() {
+    const SPIKE: usize = 8 << 20;
+    const QUIET: u32 = 4;
+    let _serial = serial();
+    let mut app = App::new();
+    app.add_plugins(MemoryPlugin {
+        scratch: nebula_memory::ArenaConfig::default().trim_after_resets(QUIET),
+        ..Default::default()
+    })
+    .init_resource::<Tick>()
+    .add_systems(Update, |scratch: Scratch, mut tick: ResMut<Tick>| {
+        tick.0 += 1;
+        let bytes = if tick.0 == 5 { SPIKE } else { 10_000 };
+        let buf = scratch.alloc_slice(bytes, 1u8);
+        assert_eq!(buf.len(), bytes);
+    });
+    let scratch_pool = |app: &App| app.world().resource::<FrameMemoryStats>().pools[2].in_use;
+    for _ in 0..4 {
+        app.update();
+    }
+    let before = scratch_pool(&app);
+    app.update(); // the spike
+    let during = scratch_pool(&app);
+    assert!(during >= before + SPIKE, "{before} -> {during}");
+    // The kept block is far too large from here on; after QUIET such resets it is replaced.
+    for _ in 0..QUIET + 2 {
+        app.update();
+    }
+    let after = scratch_pool(&app);
+    assert!(
+        after < before + SPIKE / 8,
+        "the spike was not given back: {before} before, {during} during, {after} after"
+    );
+    assert_eq!(
+        app.world().resource::<FrameMemoryStats>().scratch_bytes,
+        10_000
+    );
 }
