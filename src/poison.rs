@@ -7,9 +7,9 @@
 //! - `--cfg nebula_asan` (with `-Zsanitizer=address`): bytes no caller holds are poisoned in
 //!   ASan's shadow memory, so touching them is reported at once.
 //!
-//! Every layer calls [`hand_out`] for bytes it gives to its caller and [`give_back`] for
-//! bytes it takes back; [`expose`] and [`hide`] annotate metadata (free-block headers and
-//! footers) without filling it.
+//! Inside the crate, every layer calls `hand_out` for bytes it gives to its caller and
+//! `give_back` for bytes it takes back; `expose` and `hide` annotate metadata (free-block
+//! headers and footers) without filling it.
 
 /// Fill byte for memory handed out (debug builds).
 pub const HANDED_OUT: u8 = 0xCD;
