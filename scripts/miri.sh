@@ -4,7 +4,7 @@
 # need the OS or are measurements (pool_rss, soak, pool_efficiency, quarantine,
 # asan_reports) are compiled out with `#![cfg(not(miri))]`, compile_fail is ignored, tests
 # doing millions of operations run smaller inputs under `cfg!(miri)`, and proptest runs few
-# cases (PROPTEST_CASES, default 4). About 8 minutes on two (shared) cores.
+# cases (PROPTEST_CASES, default 4). About 15 minutes on two (shared) cores.
 #
 # Arguments go to every `cargo miri test` below, e.g. `scripts/miri.sh -- --test-threads=2`.
 # MIRIFLAGS, if set, is added to each run's flags.
