@@ -123,8 +123,14 @@ fn collections_from_several_threads() {
 #[test]
 fn rounds_of_parallel_allocation_and_reset_keep_pool_usage_flat() {
     const WORKERS: usize = 4;
-    let rounds = if cfg!(miri) { 6 } else { 300 };
-    let pool = pool_of("shared-rounds", mib(64));
+    // Under Miri a small pool and few allocations: its bookkeeping of a large region shared
+    // by several threads makes the full size take far too long.
+    let (rounds, allocs, pool_size) = if cfg!(miri) {
+        (4, 50, mib(4))
+    } else {
+        (300, 200, mib(64))
+    };
+    let pool = pool_of("shared-rounds", pool_size);
     // Workers allocate under the read lock; the main thread resets under the write lock.
     let arena = std::sync::RwLock::new(SharedArena::new(&pool));
     let sync = Barrier::new(WORKERS + 1);
@@ -137,7 +143,7 @@ fn rounds_of_parallel_allocation_and_reset_keep_pool_usage_flat() {
                     sync.wait(); // round starts
                     let arena = arena.read().unwrap();
                     let mut rng = SplitMix64((round * WORKERS + t) as u64);
-                    for _ in 0..200 {
+                    for _ in 0..allocs {
                         let v = arena.alloc_slice(16 + rng.below(512), t as u8);
                         assert!(v.iter().all(|&b| b == t as u8));
                     }
