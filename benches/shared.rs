@@ -5,8 +5,8 @@
 //! - **S1, W2 on one thread** (1,000 allocations of 32 B, align 16, one byte written each,
 //!   then reset): `memory-arena`; `memory-arena-ref` (the same arena through a shared
 //!   reference the optimiser cannot prove unique, as allocator handles are, so its cursor
-//!   goes through memory on every allocation); `shared` (`SharedArena` through `Deref`, so every call
-//!   looks up the thread's part); `shared-local` (`SharedArena::local` taken once per
+//!   goes through memory on every allocation); `shared` (`SharedArena` through `Deref`, so
+//!   every call looks up the thread's part); `shared-local` (`SharedArena::local` taken once per
 //!   frame); `sync-blink` (`SyncBlinkAlloc::allocate`, its thread-shared path, then
 //!   `reset`); `cas` (one buffer bumped with a compare-and-swap loop); `limit` (the floor).
 //!   Criterion medians, plus paired ratios (alternating batches, drift cancels).

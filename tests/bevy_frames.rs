@@ -263,14 +263,12 @@ fn statistics_budgets_and_diagnostics() {
     assert_eq!(warn, 2, "{events:?}");
 }
 
-#[derive(Resource, Default)]
-struct Tick(u32);
-
 /// A spike of scratch memory is given back by the frame-end reset once quiet frames
 /// follow: the scratch pool's use returns to where it was before the spike.
 #[test]
 fn the_frame_end_trims_scratch_after_a_spike() {
     const SPIKE: usize = 8 << 20;
+    const WARM: u32 = 4;
     const QUIET: u32 = 4;
     let _serial = serial();
     let mut app = App::new();
@@ -278,15 +276,14 @@ fn the_frame_end_trims_scratch_after_a_spike() {
         scratch: nebula_memory::ArenaConfig::default().trim_after_resets(QUIET),
         ..Default::default()
     })
-    .init_resource::<Tick>()
-    .add_systems(Update, |scratch: Scratch, mut tick: ResMut<Tick>| {
-        tick.0 += 1;
-        let bytes = if tick.0 == 5 { SPIKE } else { 10_000 };
+    .add_systems(Update, |scratch: Scratch, mut frame: Local<u32>| {
+        *frame += 1;
+        let bytes = if *frame == WARM + 1 { SPIKE } else { 10_000 };
         let buf = scratch.alloc_slice(bytes, 1u8);
         assert_eq!(buf.len(), bytes);
     });
     let scratch_pool = |app: &App| app.world().resource::<FrameMemoryStats>().pools[2].in_use;
-    for _ in 0..4 {
+    for _ in 0..WARM {
         app.update();
     }
     let before = scratch_pool(&app);
