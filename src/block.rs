@@ -90,11 +90,22 @@ pub struct MemoryBlock {
 const _: () = assert!(size_of::<MemoryBlock>() == 32 && align_of::<MemoryBlock>() == 16);
 
 impl MemoryBlock {
-    /// The first usable byte, 16-byte aligned. O(1).
+    /// The address of the first usable byte, 16-byte aligned. O(1).
     ///
-    /// The pointer is derived from `&self`; code that writes through it under Miri's Stacked
-    /// Borrows model should use [`MemoryBlock::data_of`] instead, which keeps the provenance
-    /// of the block pointer.
+    /// **For reading the address only** (comparisons, alignment checks, logging): the
+    /// pointer is derived from `&self`, a reference to the 32-byte header, so it carries
+    /// no permission to read or write the block's data. To use the data, take the pointer
+    /// from the block pointer itself with [`MemoryBlock::data_of`].
+    ///
+    /// ```
+    /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
+    /// let block = pool.allocate_block(256).unwrap();
+    /// // SAFETY: the block is live until `free_block` below.
+    /// let addr = unsafe { block.as_ref() }.data();
+    /// assert_eq!(addr, nebula_memory::MemoryBlock::data_of(block));
+    /// // SAFETY: from this pool, not used afterwards.
+    /// unsafe { pool.free_block(block) };
+    /// ```
     #[inline]
     pub fn data(&self) -> NonNull<u8> {
         Self::data_of(NonNull::from(self))
@@ -113,12 +124,35 @@ impl MemoryBlock {
         self.size
     }
 
-    /// The first usable byte of `block`, computed from the block pointer itself. O(1).
+    /// The first usable byte of `block`, computed from the block pointer itself, so it
+    /// keeps the block pointer's permission to the whole block: the pointer to write a
+    /// block's data through. O(1).
+    ///
+    /// Safe for any pointer: the address is computed without assuming that `block` points
+    /// at a block (wrapping arithmetic), so a dangling or foreign pointer gives a
+    /// meaningless address, never undefined behaviour; using that address is the caller's
+    /// `unsafe` business.
+    ///
+    /// # Panics
+    /// If `block` lies in the last 32 bytes of the address space (where no block can be).
+    ///
+    /// ```
+    /// use nebula_memory::{MemoryBlock, MemoryPool};
+    ///
+    /// let pool = MemoryPool::new("doc", 1 << 20).unwrap();
+    /// let block = pool.allocate_block(64 * 1024).unwrap();
+    /// let data = MemoryBlock::data_of(block);
+    /// // SAFETY: the block's usable bytes (at least 64 KiB) are ours until `free_block`.
+    /// unsafe { data.as_ptr().write_bytes(7, 64 * 1024) };
+    /// // SAFETY: from this pool, not used afterwards.
+    /// unsafe { pool.free_block(block) };
+    /// ```
     #[inline]
     pub fn data_of(block: NonNull<MemoryBlock>) -> NonNull<u8> {
-        // SAFETY: every block is at least `MIN_BLOCK` bytes, so one header past the start is
-        // still inside (or one past the end of) the same block; non-null as `block` is.
-        unsafe { block.cast::<u8>().add(HEADER) }
+        block.cast::<u8>().map_addr(|addr| {
+            addr.checked_add(HEADER)
+                .expect("MemoryBlock::data_of: a pointer at the top of the address space")
+        })
     }
 }
 

@@ -3,7 +3,9 @@
 
 use std::collections::HashSet;
 
-use nebula_memory::{GlobalPoolConfig, MemoryPool, engine_pool, game_pool, scratch_pool};
+use nebula_memory::{
+    GlobalPoolConfig, MemoryBlock, MemoryPool, engine_pool, game_pool, scratch_pool,
+};
 
 const MIB: usize = 1 << 20;
 
@@ -58,7 +60,11 @@ fn global_pools_hand_out_disjoint_blocks() {
         assert!(header.capacity() >= 100_000);
         assert_eq!(header.data().as_ptr() as usize % 16, 0);
         // SAFETY: 100,000 usable bytes, ours.
-        unsafe { header.data().as_ptr().write_bytes(0x42, 100_000) };
+        unsafe {
+            MemoryBlock::data_of(block)
+                .as_ptr()
+                .write_bytes(0x42, 100_000)
+        };
         for (other, other_name, _) in all {
             assert_eq!(
                 other.contains(block.as_ptr().cast()),
@@ -84,12 +90,13 @@ fn global_pools_are_shared_between_threads() {
                         .collect();
                     for &(b, n) in &blocks {
                         // SAFETY: `n` usable bytes of our live block.
-                        unsafe { b.as_ref().data().as_ptr().write_bytes(t, n) };
+                        unsafe { MemoryBlock::data_of(b).as_ptr().write_bytes(t, n) };
                     }
                     for (b, n) in blocks {
                         // SAFETY: as above.
-                        let data =
-                            unsafe { std::slice::from_raw_parts(b.as_ref().data().as_ptr(), n) };
+                        let data = unsafe {
+                            std::slice::from_raw_parts(MemoryBlock::data_of(b).as_ptr(), n)
+                        };
                         assert!(data.iter().all(|&x| x == t));
                         // SAFETY: from `pool`, not used afterwards.
                         unsafe { pool.free_block(b) };

@@ -67,8 +67,8 @@ impl Heap for Pool {
                 // SAFETY: a live block of `pool`, ours until freed.
                 let header = unsafe { block.as_ref() };
                 assert!(header.capacity() >= n);
-                // SAFETY: `data()` has at least `n >= 1` writable bytes; touch the memory.
-                unsafe { header.data().as_ptr().write(1) };
+                // SAFETY: the data has at least `n >= 1` writable bytes; touch the memory.
+                unsafe { MemoryBlock::data_of(block).as_ptr().write(1) };
                 let total = header.total_size();
                 self.live.insert(block.as_ptr() as usize, block);
                 Some((block.as_ptr() as usize, total))

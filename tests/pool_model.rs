@@ -284,7 +284,7 @@ impl<'p> Model<'p> {
         // Under ASan the bytes are poisoned until handed out: only plain debug builds look.
         #[cfg(all(debug_assertions, not(nebula_asan)))]
         {
-            let p = header.data().as_ptr();
+            let p = MemoryBlock::data_of(block).as_ptr();
             for off in (0..cap).step_by(4093).chain(cap.saturating_sub(64)..cap) {
                 // SAFETY: inside the block's usable bytes, which we own.
                 let byte = unsafe { p.add(off).read() };

@@ -37,6 +37,42 @@ pub fn heap_fallbacks() -> u64 {
     HEAP_FALLBACKS.load(Ordering::Relaxed)
 }
 
+/// What the chain has to tell the outside world about a growth, told only once the
+/// arena's chain lock is released and its cursor is in a consistent place.
+///
+/// Reporting means calling `tracing`, and a subscriber is user code: it may allocate from
+/// this very arena on this very thread. Under the chain lock that would deadlock (the lock
+/// is not re-entrant), and in the middle of a growth it would bump into a block the
+/// growth is about to record as full. So the chain only *records* here, and
+/// [`Reports::emit`] runs after the arena is done.
+#[derive(Default)]
+#[must_use = "reports are emitted with `emit` once the chain lock is released"]
+pub(crate) struct Reports {
+    /// The pool refused the block the arena needed (counted by the pool already).
+    exhausted: Option<crate::error::PoolError>,
+    /// The block came from the system heap instead (`heap_fallback`): the bytes asked for
+    /// and the pool's refusal.
+    heap_fallback: Option<(usize, crate::error::PoolError)>,
+}
+
+impl Reports {
+    /// Emits the recorded events. Runs user code: call it with no lock of the arena held.
+    pub(crate) fn emit(self, pool: &MemoryPool) {
+        if let Some(cause) = &self.exhausted {
+            pool.report_exhausted(cause);
+        }
+        if let Some((bytes, cause)) = self.heap_fallback {
+            let name = pool.name();
+            tracing::warn!(
+                pool = name,
+                bytes,
+                "pool '{name}' refused ({cause}); arena falls back to the system heap for \
+                 {bytes} bytes"
+            );
+        }
+    }
+}
+
 /// The blocks of one arena. The pool they come from is passed in by the arena (a
 /// `Chain` holds no lifetime, so the arena stays covariant in its pool's lifetime even
 /// though the chain sits in a mutex).
@@ -122,6 +158,9 @@ impl Chain {
     /// Makes room for a request whose window needs `needed` bytes: enters the next spare if
     /// its window is large enough, or a new block linked after the current one.
     ///
+    /// Events to report (an exhaustion, a heap fallback) go to `reports`, for the caller
+    /// to emit once it has released the chain's lock.
+    ///
     /// # Errors
     /// The pool's refusal (after the heap, with `heap_fallback`).
     pub(crate) fn grow(
@@ -130,13 +169,14 @@ impl Chain {
         cursor: &Cursor,
         needed: usize,
         config: &ArenaConfig,
+        reports: &mut Reports,
     ) -> Result<(), AllocError> {
         let spare = self.next_spare();
         if !spare.is_null() && window_len(spare) >= needed {
             self.enter(cursor, spare);
             return Ok(());
         }
-        let block = self.take(pool, needed, config)?;
+        let block = self.take(pool, needed, config, reports)?;
         // SAFETY: `block` is fresh and ours; `current` is ours. Link it after `current`,
         // before the spares.
         unsafe {
@@ -177,25 +217,42 @@ impl Chain {
         pool: &MemoryPool,
         needed: usize,
         config: &ArenaConfig,
+        reports: &mut Reports,
     ) -> Result<*mut MemoryBlock, AllocError> {
-        let normal = self.bytes_held.clamp(
-            config.first_block.max(1),
-            config.max_block.max(config.first_block),
-        );
+        // A `max_block` below `first_block` (0 included) means "first_block, never more".
+        let smallest = config.first_block.max(1);
+        let normal = self
+            .bytes_held
+            .clamp(smallest, config.max_block.max(smallest));
         let size = round_block(normal.max(needed));
         // Ask for the grown size without reporting a refusal: the pool may still hold a
         // block that fits the request alone, and only that request's refusal is a real
-        // exhaustion (counted and reported by the pool).
+        // exhaustion (counted by the pool now, reported by the arena after the lock).
         let block = if size > needed {
             pool.allocate_block_quietly(size)
-                .or_else(|_| pool.allocate_block(needed))
+                .or_else(|_| pool.allocate_block_unreported(needed))
         } else {
-            pool.allocate_block(needed)
+            pool.allocate_block_unreported(needed)
         };
         let block = match block {
             Ok(b) => b,
-            Err(e) if config.heap_fallback => self.take_from_heap(pool.name(), needed, e)?,
-            Err(e) => return Err(AllocError::Pool(e)),
+            Err(e) => {
+                let heap = if config.heap_fallback {
+                    self.take_from_heap(needed)
+                } else {
+                    None
+                };
+                if matches!(e, crate::error::PoolError::Exhausted { .. }) {
+                    reports.exhausted = Some(e.clone());
+                }
+                match heap {
+                    Some(block) => {
+                        reports.heap_fallback = Some((needed, e));
+                        block
+                    }
+                    None => return Err(AllocError::Pool(e)),
+                }
+            }
         };
         // SAFETY: a fresh block we own.
         unsafe {
@@ -208,24 +265,14 @@ impl Chain {
         Ok(block.as_ptr())
     }
 
-    /// `heap_fallback`: the pool refused with `cause`; take the block from the system heap.
+    /// `heap_fallback`: the pool refused; take the block from the system heap (`None` if
+    /// the heap refuses too).
     #[cold]
-    fn take_from_heap(
-        &mut self,
-        pool: &'static str,
-        needed: usize,
-        cause: crate::error::PoolError,
-    ) -> Result<NonNull<MemoryBlock>, AllocError> {
-        tracing::warn!(
-            pool,
-            bytes = needed,
-            "pool '{pool}' exhausted ({cause}); arena falls back to the system heap for \
-             {needed} bytes"
-        );
-        let block = MemoryBlock::heap(needed).ok_or(AllocError::Pool(cause))?;
+    fn take_from_heap(&mut self, needed: usize) -> Option<NonNull<MemoryBlock>> {
+        let block = MemoryBlock::heap(needed)?;
         self.heap_blocks += 1;
         HEAP_FALLBACKS.fetch_add(1, Ordering::Relaxed);
-        Ok(block)
+        Some(block)
     }
 
     /// Gives one block back to where it came from (its pool, or the heap). The one place
@@ -362,23 +409,45 @@ impl Chain {
         cursor.set_ptr(to);
     }
 
-    /// After a `realloc` moved the top allocation of the block whose window starts at
-    /// `old_start` (the block before the current one now) into the current block: the
-    /// `bytes` at the end of that block's fill stop counting as used.
+    /// After a `realloc` moved the top allocation `[p, p + bytes)` out of the block whose
+    /// window starts at `old_start` into a later block: if that allocation still ends the
+    /// block's recorded fill, the fill is lowered so its bytes stop counting as used.
+    /// Anything else (the block is not one before the current block, or something was
+    /// allocated after `p` in it) leaves the chain as it is: the bytes are then simply not
+    /// reused before the next rewind or reset. Returns whether the tail was forgotten.
     ///
     /// # Safety
-    /// `old_start` is the window start of the block just before `current`, whose recorded
-    /// fill ends with `bytes` dead bytes.
-    pub(crate) unsafe fn forget_tail(&mut self, cursor: &Cursor, old_start: *mut u8, bytes: usize) {
-        // SAFETY: a window starts right after its block's header, inside the same
-        // allocation; the block is ours and its fill ends at the dead allocation.
-        unsafe {
-            let b = old_start.sub(crate::block::HEADER).cast::<MemoryBlock>();
-            debug_assert_eq!((*b).next, self.current);
-            (*b).word.used -= bytes;
-            cursor.lower_base(bytes);
-            poison::give_back(data(b).add((*b).word.used), bytes);
+    /// `[p, p + bytes)` was an allocation of this arena and is dead.
+    pub(crate) unsafe fn forget_tail(
+        &mut self,
+        cursor: &Cursor,
+        old_start: *mut u8,
+        p: *mut u8,
+        bytes: usize,
+    ) -> bool {
+        let mut b = self.first;
+        while !b.is_null() && b != self.current {
+            if data(b) == old_start {
+                // SAFETY: `b` is a block of the chain before `current`: ours, full, its
+                // fill recorded in the header.
+                let fill = unsafe { data(b).add((*b).word.used) };
+                if p.addr().checked_add(bytes) != Some(fill.addr()) || p.addr() < data(b).addr() {
+                    return false;
+                }
+                // SAFETY: `[p, fill)` is the dead allocation, inside `b`'s window; it is
+                // the end of the fill, so lowering the fill frees exactly it, and the
+                // position of every later block drops by as much.
+                unsafe {
+                    (*b).word.used -= bytes;
+                    poison::give_back(fill.with_addr(p.addr()), bytes);
+                }
+                cursor.lower_base(bytes);
+                return true;
+            }
+            // SAFETY: a block of the chain.
+            b = unsafe { (*b).next };
         }
+        false
     }
 
     /// The largest pool block held (null if none) and its window length: what `reset`

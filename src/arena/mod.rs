@@ -40,7 +40,7 @@ use crate::error::{AllocError, alloc_failed};
 use crate::poison;
 use crate::pool::MemoryPool;
 
-use chain::Chain;
+use chain::{Chain, Reports};
 use cursor::Cursor;
 use policy::{Decision, Quiet};
 
@@ -266,16 +266,24 @@ impl<'pool> MemoryArena<'pool> {
         let needed =
             cursor::window_need(layout).ok_or_else(|| AllocError::layout(self.pool.name()))?;
         self.leave_steady_state();
-        self.chain
-            .lock()
-            .grow(self.pool, &self.cursor, needed, &self.config)?;
-        let p = self
-            .cursor
-            .bump(layout)
-            .expect("a block sized for the request has room for it");
-        // SAFETY: freshly carved out for the caller.
-        unsafe { poison::hand_out(p.as_ptr(), layout.size()) };
-        Ok(p)
+        let mut reports = Reports::default();
+        let grown =
+            self.chain
+                .lock()
+                .grow(self.pool, &self.cursor, needed, &self.config, &mut reports);
+        let p = grown.map(|()| {
+            let p = self
+                .cursor
+                .bump(layout)
+                .expect("a block sized for the request has room for it");
+            // SAFETY: freshly carved out for the caller.
+            unsafe { poison::hand_out(p.as_ptr(), layout.size()) };
+            p
+        });
+        // Only now, with the chain unlocked and the request carved out, may user code run
+        // (a `tracing` subscriber that allocates from this arena lands after `p`).
+        reports.emit(self.pool);
+        p
     }
 
     // ---------------------------------------------------------------- top: pop / realloc
@@ -357,19 +365,23 @@ impl<'pool> MemoryArena<'pool> {
         if was_top {
             let avail = self.cursor.end().addr() - p.addr();
             if new_size <= avail {
-                let top = self.cursor.ptr();
+                // The top lies in the window: rebuild its pointer from the cursor's, so the
+                // result (and the poisoning through it) carries the block's provenance, not
+                // that of whatever reference the caller derived `ptr` from.
+                let top = self.cursor.ptr().with_addr(p.addr());
                 // SAFETY: `[p, p + new_size)` lies in the current window; the part past the
                 // old size was free, the part past the new size is given up.
                 unsafe {
                     if new_size > old.size() {
-                        poison::hand_out(p.add(old.size()), new_size - old.size());
+                        poison::hand_out(top.add(old.size()), new_size - old.size());
                     } else {
                         self.note_peak();
-                        poison::give_back(p.add(new_size), old.size() - new_size);
+                        poison::give_back(top.add(new_size), old.size() - new_size);
                     }
                 }
-                self.cursor.set_ptr(top.with_addr(p.addr() + new_size));
-                return Ok(ptr);
+                self.cursor.set_ptr(top.wrapping_add(new_size));
+                // SAFETY: `top` has the address of the non-null `ptr`.
+                return Ok(unsafe { NonNull::new_unchecked(top) });
             }
         } else if new_size <= old.size() {
             return Ok(ptr);
@@ -383,21 +395,19 @@ impl<'pool> MemoryArena<'pool> {
         // `ptr`; we copy the bytes both hold. Then the old allocation is dead.
         unsafe { ptr::copy_nonoverlapping(p, q.as_ptr(), old.size().min(new_size)) };
         if was_top {
-            // The old top did not fit, so `q` is in the next block and the old block's
-            // recorded fill ends just past the old allocation: lower it, so the old bytes
-            // stop counting as used.
-            debug_assert_ne!(self.cursor.start(), old_start);
+            // The old top did not fit in its block, so `q` is in a later one, and the old
+            // block's recorded fill ends just past the old allocation (no colour line was
+            // skipped: a top that does not fit in place leaves less than `new_size` in the
+            // block, short of what `colour` needs). Lower that fill so the old bytes stop
+            // counting as used. `forget_tail` checks that the allocation still ends the
+            // fill, rather than trusting it: what ran in between is not ours to assume.
             self.note_peak();
-            // SAFETY: the request did not fit in the old block, so `try_alloc` entered the
-            // block linked right after it, which makes the old block the one before the
-            // current one. Its recorded fill ends exactly at the end of the dead old
-            // allocation: it was the top, and no colour line was skipped (a top that does not
-            // fit in place leaves less than `new_size` in the block, short of what `colour`
-            // needs).
+            // SAFETY: `[p, p + old.size())` was this arena's top allocation, and the caller
+            // gives it up now that its bytes are copied.
             unsafe {
                 self.chain
                     .lock()
-                    .forget_tail(&self.cursor, old_start, old.size())
+                    .forget_tail(&self.cursor, old_start, p, old.size())
             };
         }
         Ok(q)

@@ -57,7 +57,7 @@ fn fits(kept: usize, peak: usize) -> bool {
 /// frame (true below some peak, false from it on).
 fn oversized(kept: usize, peak: usize, config: &ArenaConfig) -> bool {
     let floor = round_block(config.first_block.max(1));
-    config.trim_after_resets > 0 && kept > 2 * need(peak).max(floor)
+    config.trim_after_resets > 0 && kept > need(peak).max(floor).saturating_mul(2)
 }
 
 /// The decision for a reset: `kept` is the capacity of the block that would be kept (0 if

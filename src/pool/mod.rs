@@ -117,9 +117,9 @@ impl std::fmt::Display for PoolStats {
 ///
 /// let pool = MemoryPool::new("level", 16 << 20).unwrap();
 /// let block = pool.allocate_block(64 * 1024).unwrap();
-/// // SAFETY: the block is ours until we free it.
-/// let data = unsafe { block.as_ref() }.data();
-/// // SAFETY: data() points at >= 64 KiB of writable memory.
+/// // The data pointer comes from the block pointer (not from a reference to the header).
+/// let data = nebula_memory::MemoryBlock::data_of(block);
+/// // SAFETY: the block is ours until we free it; its data holds >= 64 KiB.
 /// unsafe { data.as_ptr().write_bytes(7, 64 * 1024) };
 /// // SAFETY: from this pool, not used afterwards.
 /// unsafe { pool.free_block(block) };
@@ -144,6 +144,15 @@ struct State {
     counters: Counters,
     purge: Purge,
     quarantine: Quarantine,
+}
+
+/// Whether an `Exhausted` refusal counts in [`PoolStats::exhaustions`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// A real exhaustion: counted (and reported, by the caller).
+    Counted,
+    /// A tentative request with a fallback: neither counted nor reported.
+    Quiet,
 }
 
 /// The figures behind [`PoolStats`].
@@ -266,7 +275,11 @@ impl MemoryPool {
     /// assert!(pool.allocate_block(40 * 1024).is_ok());
     /// ```
     pub fn allocate_block(&self, min_usable: usize) -> Result<NonNull<MemoryBlock>, PoolError> {
-        self.allocate(min_usable, true)
+        let block = self.allocate(min_usable, Refusal::Counted);
+        if let Err(e) = &block {
+            self.report_exhausted(e);
+        }
+        block
     }
 
     /// `allocate_block` for a tentative request that has a fallback (an arena asking for a
@@ -276,16 +289,56 @@ impl MemoryPool {
         &self,
         min_usable: usize,
     ) -> Result<NonNull<MemoryBlock>, PoolError> {
-        self.allocate(min_usable, false)
+        self.allocate(min_usable, Refusal::Quiet)
+    }
+
+    /// `allocate_block` for a caller that holds a lock of its own (an arena's chain): an
+    /// exhaustion is counted now, but its WARN event is left to the caller, who emits it
+    /// with [`report_exhausted`](MemoryPool::report_exhausted) once its lock is released.
+    /// A `tracing` subscriber is user code and may allocate from that very arena.
+    pub(crate) fn allocate_block_unreported(
+        &self,
+        min_usable: usize,
+    ) -> Result<NonNull<MemoryBlock>, PoolError> {
+        self.allocate(min_usable, Refusal::Counted)
+    }
+
+    /// Emits the WARN event (inside a `pool_exhausted` span) of a refusal counted by
+    /// `allocate_block` or `allocate_block_unreported`; other errors are not reported.
+    /// Runs user code (the subscriber): call it with no lock of the crate held.
+    #[cold]
+    pub(crate) fn report_exhausted(&self, e: &PoolError) {
+        if let &PoolError::Exhausted {
+            pool,
+            requested,
+            free,
+            largest_free,
+        } = e
+        {
+            let span = tracing::warn_span!("pool_exhausted", pool, requested, free, largest_free);
+            let _enter = span.enter();
+            tracing::warn!(
+                pool,
+                requested,
+                free,
+                largest_free,
+                "memory pool '{pool}' exhausted: asked for {requested} bytes, {free} free, \
+                 largest free block {largest_free}"
+            );
+        }
     }
 
     /// Validate, find, carve, count, hand out.
-    fn allocate(&self, min_usable: usize, report: bool) -> Result<NonNull<MemoryBlock>, PoolError> {
+    fn allocate(
+        &self,
+        min_usable: usize,
+        refusal: Refusal,
+    ) -> Result<NonNull<MemoryBlock>, PoolError> {
         let size = self.block_size(min_usable)?;
         let mut st = self.state.lock();
         let found = st.index.find(size);
         if found.is_null() {
-            return Err(self.refuse(st, min_usable, report));
+            return Err(self.refuse(st, min_usable, refusal));
         }
         // SAFETY: `found` is a free block of this region, found under the lock we hold.
         let block = unsafe { self.carve(&mut st, found, size) }.ok_or(PoolError::CommitFailed {
@@ -326,36 +379,23 @@ impl MemoryPool {
         }
     }
 
-    /// Refuses a request nothing fits: counts and reports it unless it was tentative.
+    /// Refuses a request nothing fits, counting it unless it was tentative. Emits nothing:
+    /// reporting is the caller's (see `report_exhausted`).
     #[cold]
     fn refuse(
         &self,
         mut st: parking_lot::MutexGuard<'_, Box<State>>,
         requested: usize,
-        report: bool,
+        refusal: Refusal,
     ) -> PoolError {
-        let pool = self.name;
-        let free = self.region.len() - st.counters.in_use;
-        let largest_free = st.index.largest().saturating_sub(HEADER);
-        if report {
+        if refusal == Refusal::Counted {
             st.counters.exhaustions += 1;
-            drop(st);
-            let span = tracing::warn_span!("pool_exhausted", pool, requested, free, largest_free);
-            let _enter = span.enter();
-            tracing::warn!(
-                pool,
-                requested,
-                free,
-                largest_free,
-                "memory pool '{pool}' exhausted: asked for {requested} bytes, {free} free, \
-                 largest free block {largest_free}"
-            );
         }
         PoolError::Exhausted {
-            pool,
+            pool: self.name,
             requested,
-            free,
-            largest_free,
+            free: self.region.len() - st.counters.in_use,
+            largest_free: st.index.largest().saturating_sub(HEADER),
         }
     }
 

@@ -1,0 +1,168 @@
+//! Regression tests for undefined behaviour that safe code (or code honouring an `unsafe`
+//! contract) could once reach. Each failed before its fix: natively in a debug build where
+//! the damage shows (a poisoned value), under Miri where it is undefined behaviour only.
+//! `scripts/miri.sh` runs this binary.
+
+mod common;
+
+use std::alloc::Layout;
+use std::cell::Cell;
+use std::ptr::NonNull;
+use std::sync::OnceLock;
+
+use nebula_memory::{ArenaConfig, MemoryArena, MemoryBlock, MemoryPool, SharedArena};
+
+use common::KIB;
+
+/// `MemoryBlock::data_of` is safe, so it must accept any pointer: it once did in-bounds
+/// pointer arithmetic (`add`) on whatever it was given, which Miri reports as UB for a
+/// dangling pointer or a pointer to a 1-byte allocation.
+#[test]
+fn data_of_accepts_any_pointer() {
+    let dangling = NonNull::<MemoryBlock>::dangling();
+    let data = MemoryBlock::data_of(dangling);
+    assert_eq!(data.as_ptr().addr(), dangling.as_ptr().addr() + 32);
+
+    let byte = Box::new(0u8);
+    let tiny = NonNull::from(&*byte).cast::<MemoryBlock>();
+    assert_eq!(
+        MemoryBlock::data_of(tiny).as_ptr().addr(),
+        tiny.as_ptr().addr() + 32
+    );
+}
+
+/// Growing the top in place returns (and poisons through) a pointer derived from the
+/// arena's block, not the caller's: a pointer taken from the `&mut [u8]` of `alloc_slice`
+/// only covers the old bytes, so writing the grown part through it is UB under Stacked
+/// Borrows (Miri's default).
+#[test]
+fn in_place_growth_hands_out_a_pointer_that_covers_the_growth() {
+    let pool = MemoryPool::new("grow_in_place", 1 << 20).unwrap();
+    let arena = MemoryArena::new(&pool);
+    let slice: &mut [u8] = arena.alloc_slice(16, 1u8);
+    let p = NonNull::from(slice).cast::<u8>();
+    let old = Layout::array::<u8>(16).unwrap();
+    // SAFETY: `p` is the live top allocation of `old`; only the result is used afterwards.
+    let q = unsafe { arena.realloc(p, old, 64) }.unwrap();
+    assert_eq!(q, p, "the top grew in place");
+    // SAFETY: `q` points at 64 bytes of ours.
+    unsafe {
+        q.as_ptr().add(40).write(7);
+        assert_eq!(q.as_ptr().read(), 1);
+        assert_eq!(q.as_ptr().add(40).read(), 7);
+    }
+}
+
+/// The arena the re-entrant subscriber below allocates from, on a pool of its own.
+fn reentry_arena() -> &'static SharedArena<'static> {
+    static ARENA: OnceLock<SharedArena<'static>> = OnceLock::new();
+    ARENA.get_or_init(|| {
+        let pool = Box::leak(Box::new(MemoryPool::new("reentry", 256 * KIB).unwrap()));
+        let config = ArenaConfig::default()
+            .first_block(64 * KIB)
+            .heap_fallback(true);
+        SharedArena::with_config(pool, config)
+    })
+}
+
+thread_local! {
+    /// Armed: the next event allocates from `reentry_arena` and records the address here.
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATED: Cell<Option<NonNull<u64>>> = const { Cell::new(None) };
+}
+
+/// A `tracing` subscriber that, once armed, allocates 8 bytes from `reentry_arena` on the
+/// thread the event is emitted on: safe code a game may well write (a log line built in
+/// frame memory, a global allocator backed by an arena).
+struct AllocatingSubscriber;
+
+impl tracing::Subscriber for AllocatingSubscriber {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {
+        if ARMED.replace(false) {
+            let x = reentry_arena().alloc_val(0x1111_2222_3333_4444u64);
+            ALLOCATED.set(Some(NonNull::from(x)));
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// A moving `realloc` of the top whose growth reports an exhaustion: the subscriber
+/// allocates X from the same arena while the growth is under way. X once landed in the
+/// old block right after the old buffer, and the bookkeeping that forgets the moved
+/// buffer then counted X as part of it (debug builds filled X with 0xDD; release builds
+/// could hand X's bytes out again). Events are now emitted after the arena is done, and
+/// the moved buffer is only forgotten while it still ends its block's fill.
+#[test]
+fn an_allocation_made_by_a_subscriber_during_a_moving_realloc_survives() {
+    let arena = reentry_arena();
+    let mine = arena.local();
+    mine.alloc_val(0u8); // the part's first block (64 KiB)
+    let pool = arena.pool();
+    let mut hold = Vec::new();
+    while let Ok(b) = pool.allocate_block(pool.stats().largest_free.max(1)) {
+        hold.push(b);
+    }
+    let old = Layout::from_size_align(KIB, 8).unwrap();
+    let buf = mine.alloc(old);
+    // SAFETY: `buf` is ours, `KIB` bytes.
+    unsafe { buf.as_ptr().write_bytes(0x5A, KIB) };
+
+    tracing::subscriber::with_default(AllocatingSubscriber, || {
+        ARMED.set(true);
+        // SAFETY: `buf` is the live top allocation of `old`; only the result is used after.
+        let q = unsafe { mine.realloc(buf, old, 128 * KIB) }.unwrap();
+        assert_ne!(q, buf, "the pool is full: the buffer moved (to the heap)");
+        // SAFETY: `q` is live with at least `KIB` bytes, copied over from `buf`.
+        let moved = unsafe { std::slice::from_raw_parts(q.as_ptr(), KIB) };
+        assert!(moved.iter().all(|&b| b == 0x5A));
+        let x = ALLOCATED
+            .get()
+            .expect("the subscriber allocated during the realloc");
+        // SAFETY: X is a live allocation of the arena: nothing was reset or rewound.
+        let x_now = unsafe { x.as_ptr().read() };
+        assert_eq!(x_now, 0x1111_2222_3333_4444, "X was clobbered");
+        let (x, q) = (x.as_ptr().addr(), q.as_ptr().addr());
+        assert!(
+            x + 8 <= q || x >= q + 128 * KIB,
+            "X overlaps the moved buffer"
+        );
+    });
+
+    for b in hold {
+        // SAFETY: from this pool, not used afterwards.
+        unsafe { pool.free_block(b) };
+    }
+}
+
+/// A config with a first block of `usize::MAX` once overflowed a multiplication in the
+/// reset policy (a panic in debug builds, a silent wrap in release).
+#[test]
+fn huge_first_block_then_reset_does_not_overflow() {
+    let pool = MemoryPool::new("huge_first", 1 << 20).unwrap();
+    let mut arena = MemoryArena::with_config(&pool, ArenaConfig::default().first_block(usize::MAX));
+    arena.alloc_val(1u64);
+    arena.reset();
+    arena.reset();
+    assert_eq!(arena.alloc_val(2u64), &2);
+}
+
+/// `first_block(0).max_block(0)`, which the builder accepts, once panicked inside the
+/// growth rule ("min > max") on the first allocation. 0 means the smallest block.
+#[test]
+fn zero_block_sizes_work() {
+    let pool = MemoryPool::new("zero_sizes", 1 << 20).unwrap();
+    let config = ArenaConfig::default().first_block(0).max_block(0);
+    let arena = MemoryArena::with_config(&pool, config);
+    let v = arena.alloc_slice_fill_with(1000, |i| i as u32);
+    assert_eq!(v[999], 999);
+    assert!(arena.block_count() >= 1);
+}
