@@ -49,9 +49,9 @@ pub use frame::{FrameArena, FrameArenaStats};
 pub use scratch::with_scratch;
 pub use shared::{GameArena, GameArenaGuard, SharedArena, engine_arena, game_arena};
 pub use thread_arena::{
-    DEFAULT_THREAD_ARENA_CAPACITY, ThreadArenasStats, set_thread_arena_capacity,
-    thread_arena_alloc, thread_arena_reset, thread_arena_reset_all, thread_arena_stats,
-    thread_arenas_stats,
+    DEFAULT_THREAD_ARENA_CAPACITY, ThreadArenasStats, all_thread_arenas_stats,
+    end_thread_arena_frame, set_thread_arena_capacity, thread_arena_alloc, thread_arena_frame,
+    thread_arena_reset, thread_arena_stats,
 };
 pub use typed::ArenaBox;
 

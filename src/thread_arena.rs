@@ -3,24 +3,26 @@
 //! exits.
 //!
 //! The classic API resets only the calling thread's arena ([`thread_arena_reset`]), so a
-//! frame-end reset running on one thread could never reach the others. Every thread's
-//! arena is therefore also entered in a registry, and [`thread_arena_reset_all`] resets all
-//! of them from any one thread: what an engine's frame-end system (the Bevy plugin's
-//! `reset_frame_arenas_system`) needs. The registry costs the allocation path nothing:
-//! a thread still finds its own arena through its thread-local; the registry's lock is
-//! taken when a thread's arena is created or destroyed and by the all-thread operations.
+//! frame-end reset running on one thread could never reach the others. Instead of reaching
+//! into other threads' arenas, the frame end is a process-wide **frame number**:
+//! [`end_thread_arena_frame`] advances it, and each thread's arena, at its own thread's
+//! next [`thread_arena_alloc`], sees that its contents belong to an earlier frame and
+//! resets itself first. No thread ever writes another thread's arena, so ending the frame
+//! is safe from any thread at any time: it cannot take memory from under a thread in the
+//! middle of using it, nor race with its allocations. What a pointer from
+//! `thread_arena_alloc` may rely on is stated there.
 //!
-//! Another thread may reset an arena while its own thread is idle: the arena's cursor and
-//! watermark are atomics, so there is no data race, and the reset is `unsafe` with the
-//! contract a frame end gives (no allocation from any thread meanwhile, no pointer from
-//! before it used after).
+//! Every thread's arena is also entered in a registry, for the all-threads statistics. The
+//! registry costs the allocation path nothing: a thread finds its own arena through its
+//! thread-local; the registry's lock is taken when a thread's arena is created or
+//! destroyed and by the statistics.
 
 use std::alloc::Layout;
 use std::cell::OnceCell;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use parking_lot::Mutex;
 
@@ -44,15 +46,53 @@ pub fn set_thread_arena_capacity(bytes: usize) {
     THREAD_ARENA_CAPACITY.store(bytes, Relaxed);
 }
 
+/// Frames ended so far (see [`end_thread_arena_frame`]).
+static FRAME: AtomicU64 = AtomicU64::new(0);
+
 /// One thread's frame arena, shared with the registry.
-struct ThreadArena(FrameArena);
+struct ThreadArena {
+    arena: FrameArena,
+    /// The frame the arena's contents belong to.
+    frame: AtomicU64,
+}
 
 // SAFETY: a `FrameArena` is `!Sync` because allocating is a load then a store of its
-// cursor. A `ThreadArena` is allocated from only by its own thread (through that thread's
-// `THREAD_ARENA`); other threads reach it only through the registry, to read its figures
-// (atomics) or, in `thread_arena_reset_all`, to reset it (atomic stores), whose contract
-// forbids any allocation meanwhile.
+// cursor. A `ThreadArena` is allocated from and reset only by its own thread (through that
+// thread's `THREAD_ARENA`); other threads reach it only through the registry, to read its
+// figures, which are atomics.
 unsafe impl Sync for ThreadArena {}
+
+impl ThreadArena {
+    /// Allocates in the current frame, first resetting the arena if its contents belong to
+    /// an earlier one. Only the owning thread calls this.
+    #[inline]
+    fn alloc(&self, layout: Layout) -> Option<NonNull<u8>> {
+        let now = FRAME.load(Acquire);
+        if self.frame.load(Relaxed) != now {
+            self.start_frame(now);
+        }
+        self.arena.alloc(layout)
+    }
+
+    #[cold]
+    fn start_frame(&self, now: u64) {
+        // SAFETY: `thread_arena_alloc`'s contract: a pointer it returned stays valid only
+        // until its thread's first `thread_arena_alloc` in a later frame, which is this
+        // call, made by the owning thread (no other thread allocates from or resets it).
+        unsafe { self.arena.reset() };
+        self.frame.store(now, Relaxed);
+    }
+
+    /// The arena's figures, as of the current frame: an arena whose contents belong to an
+    /// earlier frame has nothing in use (its thread resets it at its next allocation).
+    fn stats(&self) -> FrameArenaStats {
+        let mut s = self.arena.stats();
+        if self.frame.load(Relaxed) != FRAME.load(Acquire) {
+            s.bytes_used = 0;
+        }
+        s
+    }
+}
 
 /// Every live thread arena.
 static REGISTRY: Mutex<Vec<Arc<ThreadArena>>> = Mutex::new(Vec::new());
@@ -75,6 +115,16 @@ thread_local! {
 /// pool) on the thread's first call. `None` when the arena is full, the scratch pool cannot
 /// supply it, or the thread is shutting down. O(1).
 ///
+/// # How long the memory lives
+/// The pointer stays valid until **this thread** either calls [`thread_arena_reset`], or
+/// calls `thread_arena_alloc` again *in a later frame*: a frame ends when any thread calls
+/// [`end_thread_arena_frame`] (the Bevy plugin does, at the end of every `App::update`),
+/// and the thread's first allocation after that resets its arena before it allocates.
+/// Nothing else ends it: no other thread touches this thread's arena, and ending the
+/// frame alone frees nothing. So memory allocated in a frame can be used for the rest of
+/// that frame, and after it until the thread allocates again; compare
+/// [`thread_arena_frame`] before and after if a thread must know.
+///
 /// ```
 /// use std::alloc::Layout;
 /// let p = nebula_memory::thread_arena_alloc(Layout::new::<[u32; 16]>()).unwrap();
@@ -83,20 +133,23 @@ thread_local! {
 pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
     THREAD_ARENA
         .try_with(|cell| match cell.get() {
-            Some(mine) => mine.0.0.alloc(layout),
+            Some(mine) => mine.0.alloc(layout),
             None => {
                 let capacity = THREAD_ARENA_CAPACITY.load(Relaxed);
                 let arena = FrameArena::try_new_in(scratch_pool(), capacity).ok()?;
-                let mine = Arc::new(ThreadArena(arena));
+                let mine = Arc::new(ThreadArena {
+                    arena,
+                    frame: AtomicU64::new(FRAME.load(Acquire)),
+                });
                 REGISTRY.lock().push(Arc::clone(&mine));
-                cell.get_or_init(|| Registered(mine)).0.0.alloc(layout)
+                cell.get_or_init(|| Registered(mine)).0.alloc(layout)
             }
         })
         .ok()
         .flatten()
 }
 
-/// Resets the current thread's frame arena (a no-op if it has none). O(1).
+/// Resets the current thread's frame arena now (a no-op if it has none). O(1).
 ///
 /// # Safety
 /// No pointer returned by [`thread_arena_alloc`] on this thread is used afterwards.
@@ -106,57 +159,52 @@ pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
 /// nebula_memory::thread_arena_alloc(Layout::new::<u64>());
 /// // SAFETY: the allocation above is not used.
 /// unsafe { nebula_memory::thread_arena_reset() };
+/// assert_eq!(nebula_memory::thread_arena_stats().unwrap().bytes_used, 0);
 /// ```
 pub unsafe fn thread_arena_reset() {
     let _ = THREAD_ARENA.try_with(|cell| {
         if let Some(mine) = cell.get() {
-            // SAFETY: forwarded from the caller.
-            unsafe { mine.0.0.reset() }
+            // SAFETY: forwarded from the caller; this is the arena's own thread.
+            unsafe { mine.0.arena.reset() }
         }
     });
 }
 
-/// Resets the frame arena of every thread that has one, from any thread: the frame end
-/// of an engine whose systems ran on many threads. O(threads).
+/// Ends the frame for the frame arena of every thread: each thread's arena is reset **by
+/// its own thread**, at that thread's next [`thread_arena_alloc`] (see there for how long
+/// memory lives). Safe from any thread at any time: it writes nothing but the frame
+/// number, so it cannot free memory a thread is using or race with its allocations.
+/// Returns the new frame number. O(1).
 ///
-/// # Safety
-/// While it runs, no thread allocates with [`thread_arena_alloc`]; and no pointer that
-/// `thread_arena_alloc` returned before the call, on any thread, is used after it. (A
-/// frame-end system that runs alone, after every other system of the frame, gives both
-/// for allocations made by systems.)
-///
-/// (This example runs in a process of its own: other examples allocate on their threads.)
+/// (This example runs in a process of its own: it ends the frame for every thread.)
 ///
 /// ```standalone_crate
 /// use std::alloc::Layout;
-/// use std::sync::{Arc, Barrier};
+/// use nebula_memory::{all_thread_arenas_stats, end_thread_arena_frame, thread_arena_alloc};
 ///
-/// let sync = Arc::new(Barrier::new(2));
-/// let worker = std::thread::spawn({
-///     let sync = Arc::clone(&sync);
-///     move || {
-///         nebula_memory::thread_arena_alloc(Layout::new::<[u8; 64]>()).unwrap();
-///         sync.wait(); // frame done
-///         sync.wait(); // reset done
-///         assert_eq!(nebula_memory::thread_arena_stats().unwrap().bytes_used, 0);
-///     }
-/// });
-/// sync.wait();
-/// assert!(nebula_memory::thread_arenas_stats().bytes_used >= 64);
-/// // SAFETY: the worker waits (it does not allocate) and never uses its allocation again.
-/// unsafe { nebula_memory::thread_arena_reset_all() };
-/// sync.wait();
-/// worker.join().unwrap();
+/// let first = thread_arena_alloc(Layout::new::<[u8; 64]>()).unwrap();
+/// assert!(all_thread_arenas_stats().bytes_used >= 64);
+/// end_thread_arena_frame();
+/// assert_eq!(all_thread_arenas_stats().bytes_used, 0, "the old frame counts for nothing");
+/// // The thread's next allocation starts its arena over.
+/// assert_eq!(thread_arena_alloc(Layout::new::<[u8; 64]>()).unwrap(), first);
 /// ```
-pub unsafe fn thread_arena_reset_all() {
-    for arena in REGISTRY.lock().iter() {
-        // SAFETY: forwarded from the caller; the reset writes only atomics and the bytes
-        // given back (debug fill), which no thread uses any more.
-        unsafe { arena.0.reset() }
-    }
+pub fn end_thread_arena_frame() -> u64 {
+    FRAME.fetch_add(1, AcqRel) + 1
 }
 
-/// The current thread's frame arena figures, or `None` if the thread has none yet. O(1).
+/// Frames ended so far by [`end_thread_arena_frame`]. O(1).
+///
+/// ```
+/// let before = nebula_memory::thread_arena_frame();
+/// assert!(nebula_memory::thread_arena_frame() >= before);
+/// ```
+pub fn thread_arena_frame() -> u64 {
+    FRAME.load(Acquire)
+}
+
+/// The current thread's frame arena figures (as of the current frame), or `None` if the
+/// thread has none yet. O(1).
 ///
 /// ```
 /// use std::alloc::Layout;
@@ -166,15 +214,15 @@ pub unsafe fn thread_arena_reset_all() {
 /// ```
 pub fn thread_arena_stats() -> Option<FrameArenaStats> {
     THREAD_ARENA
-        .try_with(|cell| cell.get().map(|mine| mine.0.0.stats()))
+        .try_with(|cell| cell.get().map(|mine| mine.0.stats()))
         .ok()
         .flatten()
 }
 
-/// Figures of every live thread's frame arena together, from [`thread_arenas_stats`].
+/// Figures of every live thread's frame arena together, from [`all_thread_arenas_stats`].
 ///
 /// ```
-/// let all = nebula_memory::thread_arenas_stats();
+/// let all = nebula_memory::all_thread_arenas_stats();
 /// assert!(all.bytes_used <= all.capacity);
 /// ```
 #[non_exhaustive]
@@ -190,21 +238,21 @@ pub struct ThreadArenasStats {
     pub capacity: usize,
 }
 
-/// Every live thread's frame arena figures, summed. While threads allocate, a snapshot that
-/// may lag. O(threads).
+/// Every live thread's frame arena figures (as of the current frame), summed. While
+/// threads allocate, a snapshot that may lag. O(threads).
 ///
 /// ```
 /// use std::alloc::Layout;
 /// nebula_memory::thread_arena_alloc(Layout::new::<[u8; 100]>());
-/// let all = nebula_memory::thread_arenas_stats();
-/// assert!(all.threads >= 1 && all.bytes_used >= 100);
+/// let all = nebula_memory::all_thread_arenas_stats();
+/// assert!(all.threads >= 1);
 /// ```
-pub fn thread_arenas_stats() -> ThreadArenasStats {
+pub fn all_thread_arenas_stats() -> ThreadArenasStats {
     REGISTRY
         .lock()
         .iter()
         .fold(ThreadArenasStats::default(), |mut t, arena| {
-            let s = arena.0.stats();
+            let s = arena.stats();
             t.threads += 1;
             t.bytes_used += s.bytes_used;
             t.high_watermark += s.high_watermark;

@@ -1,25 +1,30 @@
-//! Every thread's frame arena, reached from one thread: `thread_arena_reset_all` and
-//! `thread_arenas_stats`. (A test binary of its own: it counts thread arenas of the whole
-//! process.)
+//! Every thread's frame arena, reached from one thread: `end_thread_arena_frame` and
+//! `all_thread_arenas_stats`. (A test binary of its own: it counts thread arenas of the
+//! whole process, and ends their frames.)
 
 use std::alloc::Layout;
 
 use nebula_memory::{
-    thread_arena_alloc, thread_arena_reset_all, thread_arena_stats, thread_arenas_stats,
+    all_thread_arenas_stats, end_thread_arena_frame, thread_arena_alloc, thread_arena_frame,
+    thread_arena_stats,
 };
 
 mod common;
 use common::Barrier;
 
-/// Four threads allocate from their own frame arenas; the main thread resets all of them
-/// at once while they wait (a frame end), and each sees its arena empty afterwards, its
-/// first address reused. (Checks are recorded while the barriers are in use and asserted
+/// The tests of this binary end frames for every thread of the process: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Four threads allocate from their own frame arenas; the main thread ends the frame for
+/// all of them at once while they wait, and each sees its arena empty afterwards, its
+/// first address reused in the next frame. (Checks are recorded while the barriers are in use and asserted
 /// after them, so that a failure cannot leave a thread waiting for ever.)
 #[test]
 fn one_thread_resets_every_threads_arena() {
     const THREADS: usize = 4;
     const FRAMES: usize = 3;
-    let before = thread_arenas_stats().threads;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let before = all_thread_arenas_stats().threads;
     let sync = Barrier::new(THREADS + 1);
     let mut main_checks = Vec::new();
     let thread_checks: Vec<Vec<(bool, String)>> = std::thread::scope(|s| {
@@ -42,7 +47,7 @@ fn one_thread_resets_every_threads_arena() {
                         let used = thread_arena_stats().unwrap().bytes_used;
                         checks.push((used >= 100 + t + 640, format!("{used} bytes used")));
                         sync.wait(); // frame done
-                        sync.wait(); // reset done
+                        sync.wait(); // frame ended
                         let used = thread_arena_stats().unwrap().bytes_used;
                         checks.push((used == 0, format!("{used} bytes after the reset")));
                     }
@@ -52,14 +57,12 @@ fn one_thread_resets_every_threads_arena() {
             .collect();
         for _ in 0..FRAMES {
             sync.wait();
-            let all = thread_arenas_stats();
+            let all = all_thread_arenas_stats();
             main_checks.push((all.threads == before + THREADS, format!("{all:?}")));
             main_checks.push((all.bytes_used >= THREADS * (100 + 640), format!("{all:?}")));
-            // SAFETY: every thread waits at the barrier (none allocates), and none uses an
-            // allocation from before the reset afterwards.
-            unsafe { thread_arena_reset_all() };
-            let after = thread_arenas_stats();
-            main_checks.push((after.bytes_used == 0, format!("after reset: {after:?}")));
+            end_thread_arena_frame();
+            let after = all_thread_arenas_stats();
+            main_checks.push((after.bytes_used == 0, format!("after the frame: {after:?}")));
             sync.wait();
         }
         workers.into_iter().map(|w| w.join().unwrap()).collect()
@@ -68,14 +71,53 @@ fn one_thread_resets_every_threads_arena() {
         assert!(ok, "{what}");
     }
     // The threads have exited: their arenas left the registry (their blocks went back).
-    let mut threads = thread_arenas_stats().threads;
+    let mut threads = all_thread_arenas_stats().threads;
     for _ in 0..100 {
         if threads == before {
             break;
         }
         // Thread-local destructors may still be running after `scope` returns.
         std::thread::sleep(std::time::Duration::from_millis(10));
-        threads = thread_arenas_stats().threads;
+        threads = all_thread_arenas_stats().threads;
     }
     assert_eq!(threads, before);
+}
+
+/// Another thread's frame end never writes this thread's memory: a value allocated in a
+/// frame keeps its contents after the frame ends (the frame end once reset every thread's
+/// arena from the calling thread, filling given-back bytes with 0xDD in debug builds and
+/// racing with a thread allocating meanwhile). The thread's own next allocation starts its
+/// arena over, as `thread_arena_alloc` documents.
+#[test]
+fn a_frame_end_on_another_thread_leaves_this_threads_memory_alone() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let sync = Barrier::new(2);
+    let checks = std::thread::scope(|s| {
+        let worker = s.spawn(|| {
+            let p = thread_arena_alloc(Layout::new::<u64>())
+                .unwrap()
+                .cast::<u64>();
+            // SAFETY: 8 fresh bytes, ours until this thread allocates in a later frame.
+            unsafe { p.as_ptr().write(1) };
+            let frame = thread_arena_frame();
+            sync.wait(); // allocated
+            sync.wait(); // another thread ended the frame
+            // SAFETY: this thread has not allocated since: `p` is still valid.
+            let kept = unsafe { p.as_ptr().read() };
+            let ended = thread_arena_frame() > frame;
+            let again = thread_arena_alloc(Layout::new::<u64>())
+                .unwrap()
+                .cast::<u64>();
+            (kept, ended, again == p)
+        });
+        sync.wait();
+        end_thread_arena_frame();
+        sync.wait();
+        worker.join().unwrap()
+    });
+    assert_eq!(
+        checks,
+        (1, true, true),
+        "(kept value, frame ended, started over)"
+    );
 }

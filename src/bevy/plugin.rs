@@ -15,8 +15,8 @@ use crate::global::{
     GlobalPoolConfig, configure_global_pools, global_pool_config, maintain_global_pools,
 };
 use crate::thread_arena::{
-    DEFAULT_THREAD_ARENA_CAPACITY, set_thread_arena_capacity, thread_arena_reset_all,
-    thread_arenas_stats,
+    DEFAULT_THREAD_ARENA_CAPACITY, all_thread_arenas_stats, end_thread_arena_frame,
+    set_thread_arena_capacity,
 };
 
 /// The memory system in a Bevy app.
@@ -139,19 +139,20 @@ impl Plugin for MemoryPlugin {
 /// - resets every [`Scratch`](super::Scratch) arena of every thread (and gives a spike's
 ///   memory back once the reset policy sees quiet frames);
 /// - swaps the double-buffered [`FrameMemory`] (frame N's data stays through frame N+1);
-/// - resets the per-thread frame arena of **every** thread that has one
-///   (`thread_arena_alloc`), Bevy's worker threads and any other;
+/// - ends the frame for the per-thread frame arena of **every** thread that has one
+///   (`thread_arena_alloc`), Bevy's worker threads and any other: each is reset by its own
+///   thread at that thread's next allocation (see [`end_thread_arena_frame`]);
 /// - runs the pools' maintenance ([`maintain_global_pools`]): freed pages go back to the OS
 ///   after a peak, quarantined blocks are released.
 ///
 /// It is an exclusive system (`&mut World`): no other system of the schedule runs while
-/// it does, so no `Scratch` item is alive and no system allocates from a thread arena.
-/// `MemoryPlugin` adds it to `Last` in [`MemorySystems::Reset`]; add it yourself (in your
-/// last schedule) if you do not use the plugin.
+/// it does, so no `Scratch` item is alive. `MemoryPlugin` adds it to `Last` in
+/// [`MemorySystems::Reset`]; add it yourself (in your last schedule) if you do not use the
+/// plugin. It is safe to run at any time: everything it resets is either borrowed through
+/// the world it holds exclusively, or (the thread arenas) reset later by its owning thread.
 ///
-/// Memory from `thread_arena_alloc` therefore lives until the end of the frame it was
-/// allocated in, on every thread: allocate from it only in systems, or in code that is
-/// done with the memory before the frame ends (not in tasks that outlive a frame).
+/// Memory from `thread_arena_alloc` therefore lives through the frame it was allocated in,
+/// and after it until its thread allocates from its thread arena again.
 pub fn reset_frame_arenas_system(world: &mut World) {
     let scratch = world
         .get_resource_mut::<ScratchArenas>()
@@ -160,14 +161,8 @@ pub fn reset_frame_arenas_system(world: &mut World) {
     let frame_bytes = world
         .get_resource_mut::<FrameMemory>()
         .map_or(0, |mut frames| frames.end_frame());
-    let threads = thread_arenas_stats();
-    // SAFETY: `thread_arena_reset_all` requires that no thread allocates from a thread
-    // arena while it runs and that no earlier allocation is used afterwards. This is an
-    // exclusive system at the end of the frame: no other system of the schedule is running,
-    // and every system that allocated this frame has finished with its memory. Code outside
-    // the schedule is bound by the rule stated in this function's documentation (thread
-    // arena memory lasts until the frame's end), which `MemoryPlugin` documents too.
-    unsafe { thread_arena_reset_all() };
+    let threads = all_thread_arenas_stats();
+    end_thread_arena_frame();
     maintain_global_pools();
     let budgets = world
         .get_resource::<MemoryBudgets>()

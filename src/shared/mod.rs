@@ -35,6 +35,7 @@ use std::ops::Deref;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use parking_lot::Mutex;
 use thread_local::ThreadLocal;
 
 use crate::arena::{ArenaConfig, ArenaStats, MemoryArena};
@@ -52,11 +53,15 @@ struct Slot<'pool>(MemoryArena<'pool>);
 // SAFETY: a `&Slot` gives a `&MemoryArena`. Everything a shared reference to an arena can
 // reach is an atomic or behind a lock, except the cursor's bump, which is a load followed
 // by a store and so must not run on two threads at once. `SharedArena` allocates (bumps,
-// pops, resizes, rewinds) only through the calling thread's own slot (`ThreadLocal::get_or`
-// returns the slot of the current thread, and a thread's slot passes to another thread
-// only after the first has exited); the `&MemoryArena` it hands out is not `Send`, so it
-// stays on that thread. Slots of other threads are reached only by `ThreadLocal::iter`
-// below, for statistics, which read atomics and take locks.
+// pops, resizes, rewinds) only through the calling thread's own part, found by `local`:
+// - a slot of `slots`, which `ThreadLocal::get_or` gives to the thread holding its thread
+//   id, and which passes to another thread only after the first released that id (in its
+//   TLS teardown). `LAST` caches it only while the id is held: see `LastGuard`;
+// - or, for code that runs after this thread's `LastGuard` was destroyed, a part of `late`
+//   that only this thread's `LATE` cell points at.
+// The `&MemoryArena` handed out is not `Send`, so it stays on that thread. Parts of other
+// threads are reached only by `fold_parts`, for statistics, which reads atomics and takes
+// locks, and by `&mut self` methods.
 unsafe impl Sync for Slot<'_> {}
 
 /// A paged arena that many threads allocate from at once, with the same allocation
@@ -89,6 +94,14 @@ unsafe impl Sync for Slot<'_> {}
 /// ```
 pub struct SharedArena<'pool> {
     slots: ThreadLocal<Slot<'pool>>,
+    /// Parts of threads that allocated after their `LastGuard` was destroyed (late in their
+    /// TLS teardown, when their thread id may already be another thread's). Boxed, so a
+    /// part never moves while its thread uses it; freed by `reset` and drop.
+    #[allow(
+        clippy::vec_box,
+        reason = "a late part must not move when the list grows"
+    )]
+    late: Mutex<Vec<Box<Slot<'pool>>>>,
     /// The key of [`LAST`]: unique in the process (never reused), and replaced after every
     /// mutable walk of the slots, so a slot pointer cached before one never matches after.
     key: u64,
@@ -101,8 +114,37 @@ thread_local! {
     /// The shared arena this thread last allocated from (its key) and this thread's slot in
     /// it: a one-entry cache in front of `ThreadLocal::get_or`, so that the common case
     /// (a thread allocating from one arena over and over) costs a thread-local read and
-    /// one comparison.
+    /// one comparison. `TORN_DOWN` once this thread's `LAST_GUARD` is destroyed. No
+    /// destructor, so it stays readable through the whole teardown.
     static LAST: Cell<(u64, *const ())> = const { Cell::new((0, ptr::null())) };
+    /// See [`LastGuard`]. First touched right after the thread's first `get_or`.
+    static LAST_GUARD: LastGuard = const { LastGuard };
+    /// After `TORN_DOWN`: the arena (key) and the part of `late` this thread uses. No
+    /// destructor either.
+    static LATE: Cell<(u64, *const ())> = const { Cell::new((0, ptr::null())) };
+}
+
+/// `LAST`'s key once the thread's cache is closed: no arena ever has it.
+const TORN_DOWN: u64 = u64::MAX;
+
+/// Ends `LAST`'s validity before the thread gives its thread id back.
+///
+/// The `thread_local` crate gives a thread's id (and so its slot in every `ThreadLocal`)
+/// back to a free list in a TLS destructor, its thread guard; a thread started afterwards
+/// gets the same id and the same slots. A cache entry used after that point would let two
+/// live threads bump one cursor. This guard is first touched right after the thread's
+/// first `ThreadLocal::get_or`, which registers the crate's guard if it is not yet, so it
+/// is registered after it; TLS destructors run in reverse order of registration (the
+/// C runtime's `__cxa_thread_atexit_impl` list on Linux, `_tlv_atexit` on macOS, std's own
+/// list elsewhere), so this one runs first and closes the cache while the id is still
+/// this thread's. Code that runs later in the teardown (another TLS destructor that
+/// allocates) gets a part of its own from `late`.
+struct LastGuard;
+
+impl Drop for LastGuard {
+    fn drop(&mut self) {
+        LAST.set((TORN_DOWN, ptr::null()));
+    }
 }
 
 /// A key no shared arena has had before (see `SharedArena::key`).
@@ -134,6 +176,7 @@ impl<'pool> SharedArena<'pool> {
     pub fn with_config(pool: &'pool MemoryPool, config: ArenaConfig) -> Self {
         SharedArena {
             slots: ThreadLocal::new(),
+            late: Mutex::new(Vec::new()),
             key: new_key(),
             pool,
             config,
@@ -179,28 +222,59 @@ impl<'pool> SharedArena<'pool> {
         let (key, slot) = LAST.with(Cell::get);
         if key == self.key {
             // SAFETY: `LAST` holds this thread's slot of the arena with this key, cached
-            // from a `&Slot` that `ThreadLocal::get_or` returned. Keys are never reused, so
-            // the arena is `self`, alive; a `ThreadLocal` never moves or drops an entry while
-            // it lives (moving the arena moves only the pointers to its buckets), so the slot
-            // is still there, and it is this thread's. The pointer is still valid for shared
-            // access: the only unique borrows of the slots (`iter_mut`, in `reset` and
-            // `trim_spares`) replace the key afterwards, so a pointer cached before one of
-            // them never matches again.
+            // from a `&Slot` that `ThreadLocal::get_or` returned while this thread held its
+            // thread id, and it is closed (`LastGuard`) before the thread gives the id
+            // back, so the slot is still this thread's. Keys are never reused, so the arena
+            // is `self`, alive; a `ThreadLocal` never moves or drops an entry while it lives
+            // (moving the arena moves only the pointers to its buckets), so the slot is
+            // still there. The pointer is still valid for shared access: the only unique
+            // borrows of the slots (`iter_mut`, in `reset` and `trim_spares`) replace the
+            // key afterwards, so a pointer cached before one of them never matches again.
             return unsafe { &(*slot.cast::<Slot<'pool>>()).0 };
         }
-        self.local_slow()
+        self.local_slow(key)
     }
 
     /// `local` when the cache names another arena: looks the slot up (creating it on the
-    /// thread's first use) and caches it.
+    /// thread's first use) and caches it; late in the thread's teardown, a part of its own.
     #[inline(never)]
-    fn local_slow(&self) -> &MemoryArena<'pool> {
+    fn local_slow(&self, cached: u64) -> &MemoryArena<'pool> {
+        if cached == TORN_DOWN {
+            return self.late_part();
+        }
         let slot = self
             .slots
             .get_or(|| Slot(MemoryArena::with_config(self.pool, self.config)));
-        // `LAST` has no destructor, so it stays accessible even while the thread exits.
-        LAST.set((self.key, ptr::from_ref(slot).cast()));
+        // Touching the guard after `get_or` registers its destructor after the thread-id
+        // guard's (see `LastGuard`). If it is already being destroyed the slot is still
+        // this thread's for this call (the id goes back later), but it is not cached.
+        if LAST_GUARD.try_with(|_| ()).is_ok() {
+            LAST.set((self.key, ptr::from_ref(slot).cast()));
+        }
         &slot.0
+    }
+
+    /// The part of a thread whose `LastGuard` is gone: its thread id may already belong to
+    /// a thread started since, so the slot of that id is not this thread's any more. The
+    /// thread gets a part of `late` that nobody else can reach (cached in `LATE`, one
+    /// entry). Rare: only TLS destructors that allocate during thread exit come here.
+    #[cold]
+    #[inline(never)]
+    fn late_part(&self) -> &MemoryArena<'pool> {
+        let (key, part) = LATE.get();
+        if key == self.key {
+            // SAFETY: `LATE` names a part of `self.late` made for this thread (keys are
+            // never reused, and `reset`, the only code that frees late parts, renews the
+            // key). The part is boxed, so it has not moved; only this thread uses it.
+            return unsafe { &(*part.cast::<Slot<'pool>>()).0 };
+        }
+        let part = Box::new(Slot(MemoryArena::with_config(self.pool, self.config)));
+        let ptr = ptr::from_ref(&*part);
+        self.late.lock().push(part);
+        LATE.set((self.key, ptr.cast()));
+        // SAFETY: just boxed and stored in `self.late`, which keeps it until `reset(&mut
+        // self)` or drop; only this thread will use it.
+        unsafe { &(*ptr).0 }
     }
 
     /// Allocates `layout` in the calling thread's part. O(1) amortised.
@@ -235,6 +309,8 @@ impl<'pool> SharedArena<'pool> {
         for slot in self.slots.iter_mut() {
             slot.0.reset();
         }
+        // Late parts belong to threads that were exiting; their blocks go back.
+        self.late.get_mut().clear();
         self.key = new_key(); // slot pointers cached before `iter_mut` are stale
         self.generation += 1;
     }
@@ -246,15 +322,28 @@ impl<'pool> SharedArena<'pool> {
     /// arena.trim_spares();
     /// ```
     pub fn trim_spares(&mut self) {
-        for slot in self.slots.iter_mut() {
+        for slot in self
+            .slots
+            .iter_mut()
+            .chain(self.late.get_mut().iter_mut().map(|b| &mut **b))
+        {
             slot.0.trim_spares();
         }
         self.key = new_key(); // slot pointers cached before `iter_mut` are stale
     }
 
-    /// Every thread's part, for statistics.
-    fn parts(&self) -> impl Iterator<Item = &MemoryArena<'pool>> {
-        self.slots.iter().map(|slot| &slot.0)
+    /// Folds `f` over every thread's part (late parts included), for statistics.
+    fn fold_parts<T>(&self, init: T, mut f: impl FnMut(T, &MemoryArena<'pool>) -> T) -> T {
+        let acc = self.slots.iter().fold(init, |acc, slot| f(acc, &slot.0));
+        self.late
+            .lock()
+            .iter()
+            .fold(acc, |acc, slot| f(acc, &slot.0))
+    }
+
+    /// The sum of `f` over every thread's part.
+    fn sum_parts(&self, f: impl Fn(&MemoryArena<'pool>) -> usize) -> usize {
+        self.fold_parts(0, |n, part| n + f(part))
     }
 
     /// Bytes handed out since the last reset by all threads together, padding included.
@@ -267,7 +356,7 @@ impl<'pool> SharedArena<'pool> {
     /// assert_eq!(arena.bytes_used(), 8);
     /// ```
     pub fn bytes_used(&self) -> usize {
-        self.parts().map(MemoryArena::bytes_used).sum()
+        self.sum_parts(MemoryArena::bytes_used)
     }
 
     /// The sum of every thread's high watermark (each the largest `bytes_used` of that
@@ -280,7 +369,7 @@ impl<'pool> SharedArena<'pool> {
     /// assert_eq!(arena.high_watermark(), 1000);
     /// ```
     pub fn high_watermark(&self) -> usize {
-        self.parts().map(MemoryArena::high_watermark).sum()
+        self.sum_parts(MemoryArena::high_watermark)
     }
 
     /// Blocks held by all threads' parts, spares included. O(threads).
@@ -291,7 +380,7 @@ impl<'pool> SharedArena<'pool> {
     /// assert_eq!(arena.block_count(), 1);
     /// ```
     pub fn block_count(&self) -> usize {
-        self.parts().map(MemoryArena::block_count).sum()
+        self.sum_parts(MemoryArena::block_count)
     }
 
     /// Bytes of pool memory held by all threads' parts (whole blocks). O(threads).
@@ -302,7 +391,7 @@ impl<'pool> SharedArena<'pool> {
     /// assert!(arena.bytes_held() >= 64 * 1024);
     /// ```
     pub fn bytes_held(&self) -> usize {
-        self.parts().map(MemoryArena::bytes_held).sum()
+        self.sum_parts(MemoryArena::bytes_held)
     }
 
     /// How many threads have a part of this arena (threads that allocated at least once;
@@ -315,7 +404,7 @@ impl<'pool> SharedArena<'pool> {
     /// assert_eq!(arena.threads(), 1);
     /// ```
     pub fn threads(&self) -> usize {
-        self.parts().count()
+        self.sum_parts(|_| 1)
     }
 
     /// Resets so far. O(1).
@@ -337,7 +426,7 @@ impl<'pool> SharedArena<'pool> {
     /// assert_eq!(arena.tag_bytes("physics"), 24);
     /// ```
     pub fn tag_bytes(&self, tag: &str) -> usize {
-        self.parts().map(|a| a.tag_bytes(tag)).sum()
+        self.sum_parts(|a| a.tag_bytes(tag))
     }
 
     /// A snapshot of every counter, all threads added up (tags merged in first-use order
@@ -360,7 +449,7 @@ impl<'pool> SharedArena<'pool> {
             generation: self.generation,
             tags: Vec::new(),
         };
-        for part in self.parts() {
+        self.fold_parts(&mut total, |total, part| {
             let s = part.stats();
             total.bytes_used += s.bytes_used;
             total.high_watermark += s.high_watermark;
@@ -372,7 +461,8 @@ impl<'pool> SharedArena<'pool> {
                     None => total.tags.push((tag, n)),
                 }
             }
-        }
+            total
+        });
         total
     }
 }
