@@ -64,6 +64,22 @@ struct Slot<'pool>(MemoryArena<'pool>);
 // locks, and by `&mut self` methods.
 unsafe impl Sync for Slot<'_> {}
 
+/// A part of `SharedArena::late`, owned through a raw pointer (from `Box::leak`): the
+/// list may grow (moving its elements) while a thread uses a part, and moving a `Box`
+/// would assert uniqueness over the part under that thread's feet.
+struct LatePart<'pool>(NonNull<Slot<'pool>>);
+
+// SAFETY: a `LatePart` owns its `Slot` as a `Box` would, and a `Slot` is `Send`.
+unsafe impl Send for LatePart<'_> {}
+
+impl Drop for LatePart<'_> {
+    fn drop(&mut self) {
+        // SAFETY: from `Box::leak` in `late_part`; dropped by `reset(&mut self)` or with
+        // the arena, when no borrow of the part can be alive.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
 /// A paged arena that many threads allocate from at once, with the same allocation
 /// surface as [`MemoryArena`] (it derefs to the calling thread's part).
 ///
@@ -95,13 +111,9 @@ unsafe impl Sync for Slot<'_> {}
 pub struct SharedArena<'pool> {
     slots: ThreadLocal<Slot<'pool>>,
     /// Parts of threads that allocated after their `LastGuard` was destroyed (late in their
-    /// TLS teardown, when their thread id may already be another thread's). Boxed, so a
-    /// part never moves while its thread uses it; freed by `reset` and drop.
-    #[allow(
-        clippy::vec_box,
-        reason = "a late part must not move when the list grows"
-    )]
-    late: Mutex<Vec<Box<Slot<'pool>>>>,
+    /// TLS teardown, when their thread id may already be another thread's). Freed by
+    /// `reset` and drop.
+    late: Mutex<Vec<LatePart<'pool>>>,
     /// The key of [`LAST`]: unique in the process (never reused), and replaced after every
     /// mutable walk of the slots, so a slot pointer cached before one never matches after.
     key: u64,
@@ -265,16 +277,17 @@ impl<'pool> SharedArena<'pool> {
         if key == self.key {
             // SAFETY: `LATE` names a part of `self.late` made for this thread (keys are
             // never reused, and `reset`, the only code that frees late parts, renews the
-            // key). The part is boxed, so it has not moved; only this thread uses it.
+            // key). The part is held by raw pointer, so it has not moved and no unique
+            // borrow of it was made; only this thread uses it.
             return unsafe { &(*part.cast::<Slot<'pool>>()).0 };
         }
         let part = Box::new(Slot(MemoryArena::with_config(self.pool, self.config)));
-        let ptr = ptr::from_ref(&*part);
-        self.late.lock().push(part);
-        LATE.set((self.key, ptr.cast()));
-        // SAFETY: just boxed and stored in `self.late`, which keeps it until `reset(&mut
+        let ptr = NonNull::from(Box::leak(part));
+        self.late.lock().push(LatePart(ptr));
+        LATE.set((self.key, ptr.as_ptr().cast_const().cast()));
+        // SAFETY: just allocated and owned by `self.late`, which keeps it until `reset(&mut
         // self)` or drop; only this thread will use it.
-        unsafe { &(*ptr).0 }
+        unsafe { &ptr.as_ref().0 }
     }
 
     /// Allocates `layout` in the calling thread's part. O(1) amortised.
@@ -322,12 +335,12 @@ impl<'pool> SharedArena<'pool> {
     /// arena.trim_spares();
     /// ```
     pub fn trim_spares(&mut self) {
-        for slot in self
-            .slots
-            .iter_mut()
-            .chain(self.late.get_mut().iter_mut().map(|b| &mut **b))
-        {
+        for slot in self.slots.iter_mut() {
             slot.0.trim_spares();
+        }
+        for part in self.late.get_mut() {
+            // SAFETY: `&mut self`: no thread uses a late part now.
+            unsafe { part.0.as_mut() }.0.trim_spares();
         }
         self.key = new_key(); // slot pointers cached before `iter_mut` are stale
     }
@@ -335,10 +348,10 @@ impl<'pool> SharedArena<'pool> {
     /// Folds `f` over every thread's part (late parts included), for statistics.
     fn fold_parts<T>(&self, init: T, mut f: impl FnMut(T, &MemoryArena<'pool>) -> T) -> T {
         let acc = self.slots.iter().fold(init, |acc, slot| f(acc, &slot.0));
-        self.late
-            .lock()
-            .iter()
-            .fold(acc, |acc, slot| f(acc, &slot.0))
+        self.late.lock().iter().fold(acc, |acc, part| {
+            // SAFETY: a live late part (the list owns it); read for statistics only.
+            f(acc, unsafe { &part.0.as_ref().0 })
+        })
     }
 
     /// The sum of `f` over every thread's part.
