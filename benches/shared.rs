@@ -22,6 +22,7 @@
 //!
 //! Run: `cargo bench --bench shared` (one part: `cargo bench --bench shared -- S2`).
 
+use nebula_memory::Arena;
 use std::alloc::Layout;
 use std::hint::black_box;
 use std::ptr::NonNull;
@@ -151,7 +152,7 @@ fn s1(c: &mut Criterion) {
         a.reset();
     };
     let local_frame = |a: &mut SharedArena<'_>| {
-        let local = a.local();
+        let local = a.this_thread();
         for i in 0..OBJECTS {
             touch(local.alloc(PARTICLE), i);
         }
@@ -310,13 +311,13 @@ fn s2(_c: &mut Criterion) {
 
     let mut shared = SharedArena::new(&pool);
     let shared_thread = |a: &SharedArena<'_>, start: &Barrier| {
-        let mine = a.checkpoint(); // the empty position of this thread's part
+        let mine = a.this_thread().checkpoint(); // the empty position of this thread's part
         let frame = || {
             for i in 0..OBJECTS {
                 touch(a.alloc(PARTICLE), i);
             }
             // SAFETY: nothing allocated in this frame is used after it.
-            unsafe { a.rewind(mine) };
+            unsafe { a.this_thread().rewind(mine) };
         };
         frame();
         start.wait();

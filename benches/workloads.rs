@@ -42,6 +42,7 @@
 
 mod common;
 
+use nebula_memory::Arena;
 use std::alloc::{GlobalAlloc, Layout, System, handle_alloc_error};
 use std::hint::black_box;
 use std::ptr::NonNull;

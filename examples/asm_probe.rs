@@ -36,6 +36,7 @@
 #[path = "../benches/common/mod.rs"]
 mod common;
 
+use nebula_memory::Arena;
 use std::alloc::Layout;
 use std::hint::black_box;
 use std::ptr::NonNull;

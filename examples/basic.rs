@@ -4,6 +4,7 @@
 //!
 //! Run with `cargo run --release --example basic`.
 
+use nebula_memory::Arena;
 use std::alloc::Layout;
 use std::hint::black_box;
 

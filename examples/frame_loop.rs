@@ -19,6 +19,7 @@
 //!
 //! Run with `cargo run --release --example frame_loop` (`-- --frames N --entities N`).
 
+use nebula_memory::Arena;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;

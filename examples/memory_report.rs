@@ -12,6 +12,7 @@
 //!
 //! Run: `cargo run --release --example memory_report`.
 
+use nebula_memory::Arena;
 use std::ptr::NonNull;
 use std::time::Instant;
 

@@ -113,7 +113,7 @@ unsafe fn resize(
     Ok(NonNull::slice_from_raw_parts(p, new.size()))
 }
 
-// SAFETY: every call works on the calling thread's part (`SharedArena::local`), a
+// SAFETY: every call works on the calling thread's part (`SharedArena::this_thread`), a
 // `MemoryArena` whose impl above is sound; memory handed out stays valid until
 // `SharedArena::reset(&mut self)` or drop, which a collection borrowing `&SharedArena`
 // keeps away. A pointer allocated by another thread is never the top of the calling
@@ -122,13 +122,13 @@ unsafe fn resize(
 unsafe impl Allocator for &SharedArena<'_> {
     #[inline(always)]
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        self.local().allocate(layout)
+        self.this_thread().allocate(layout)
     }
 
     #[inline]
     unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { self.local().deallocate(ptr, layout) }
+        unsafe { self.this_thread().deallocate(ptr, layout) }
     }
 
     #[inline]
@@ -139,7 +139,7 @@ unsafe impl Allocator for &SharedArena<'_> {
         new: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { self.local().grow(ptr, old, new) }
+        unsafe { self.this_thread().grow(ptr, old, new) }
     }
 
     #[inline]
@@ -150,7 +150,7 @@ unsafe impl Allocator for &SharedArena<'_> {
         new: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { self.local().grow_zeroed(ptr, old, new) }
+        unsafe { self.this_thread().grow_zeroed(ptr, old, new) }
     }
 
     #[inline]
@@ -161,6 +161,6 @@ unsafe impl Allocator for &SharedArena<'_> {
         new: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { self.local().shrink(ptr, old, new) }
+        unsafe { self.this_thread().shrink(ptr, old, new) }
     }
 }

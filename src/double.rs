@@ -25,6 +25,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::arena::ArenaConfig;
 use crate::error::AllocError;
+use crate::interface::Arena;
 use crate::pool::MemoryPool;
 use crate::shared::SharedArena;
 
@@ -95,6 +96,7 @@ impl<'pool> DoubleBufferedArena<'pool> {
     /// hands out borrows `&self`, so it cannot outlive [`swap`](Self::swap). O(1).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let frames = nebula_memory::DoubleBufferedArena::new(nebula_memory::scratch_pool());
     /// let visible = frames.current().alloc_slice_fill_with(8, |i| i as u32);
     /// assert_eq!(visible[7], 7);
@@ -107,6 +109,7 @@ impl<'pool> DoubleBufferedArena<'pool> {
     /// allocated from: that memory is reset at the next swap). O(1).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let mut frames = nebula_memory::DoubleBufferedArena::new(nebula_memory::scratch_pool());
     /// frames.current().alloc_val(1u64);
     /// frames.swap();

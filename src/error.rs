@@ -3,7 +3,6 @@
 //! Every refusal carries the name of the pool and the numbers a person needs to fix a
 //! budget, and leaves the pool or arena fully usable.
 
-use std::alloc::Layout;
 use std::fmt;
 
 /// Why a [`MemoryPool`](crate::MemoryPool) refused a request.
@@ -136,7 +135,7 @@ impl std::error::Error for PoolError {}
 /// panicking forms print it.
 ///
 /// ```
-/// use nebula_memory::{AllocError, MemoryArena, MemoryPool};
+/// use nebula_memory::{AllocError, Arena, MemoryArena, MemoryPool};
 ///
 /// let pool = MemoryPool::new("small", 64 * 1024).unwrap();
 /// let arena = MemoryArena::new(&pool);
@@ -153,6 +152,15 @@ pub enum AllocError {
         /// The pool the arena draws from.
         pool: &'static str,
     },
+    /// A fixed-capacity arena ([`FrameArena`](crate::FrameArena)) has no room left.
+    Full {
+        /// The pool the arena's block is from.
+        pool: &'static str,
+        /// Bytes asked for.
+        requested: usize,
+        /// Bytes left in the arena (alignment padding may also be needed).
+        remaining: usize,
+    },
 }
 
 impl AllocError {
@@ -168,6 +176,15 @@ impl fmt::Display for AllocError {
             AllocError::Layout { pool } => write!(
                 f,
                 "arena on pool '{pool}': requested size overflows isize::MAX"
+            ),
+            AllocError::Full {
+                pool,
+                requested,
+                remaining,
+            } => write!(
+                f,
+                "fixed-capacity arena on pool '{pool}' is full: asked for {requested} bytes, \
+                 {remaining} left"
             ),
         }
     }
@@ -186,16 +203,4 @@ impl From<PoolError> for AllocError {
     fn from(e: PoolError) -> Self {
         AllocError::Pool(e)
     }
-}
-
-/// Panic message for a failed panicking allocation: names the pool, the size and the cause.
-#[cold]
-#[inline(never)]
-#[track_caller]
-pub(crate) fn alloc_failed(pool: &'static str, layout: Layout, err: &AllocError) -> ! {
-    panic!(
-        "nebula_memory: arena on pool '{pool}' could not allocate {} bytes (align {}): {err}",
-        layout.size(),
-        layout.align()
-    )
 }

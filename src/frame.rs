@@ -17,8 +17,9 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::arena::cursor::Cursor;
 use crate::block::MemoryBlock;
-use crate::error::PoolError;
+use crate::error::{AllocError, PoolError};
 use crate::global::scratch_pool;
+use crate::interface::Arena;
 use crate::poison;
 use crate::pool::MemoryPool;
 
@@ -227,6 +228,43 @@ impl FrameArena {
     /// ```
     pub fn bytes_remaining(&self) -> usize {
         self.cursor.remaining()
+    }
+}
+
+/// The arena interface: typed helpers that panic (or return [`AllocError::Full`]) when the
+/// arena has no room. The inherent seed methods keep their `Option` results:
+/// `arena.alloc_val(x)` is the inherent one, `Arena::alloc_val(&arena, x)` the trait's.
+///
+/// ```
+/// use nebula_memory::{Arena, FrameArena};
+/// let arena = FrameArena::new(64);
+/// assert_eq!(Arena::alloc_slice_copy(&arena, &[1u8, 2, 3]), &[1, 2, 3]);
+/// assert!(arena.try_alloc_str(&"x".repeat(100)).is_err()); // full: an error, not a panic
+/// ```
+impl Arena for FrameArena {
+    #[inline]
+    fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
+        self.alloc(layout).ok_or_else(|| AllocError::Full {
+            pool: self.pool.name(),
+            requested: layout.size(),
+            remaining: self.bytes_remaining(),
+        })
+    }
+
+    #[inline]
+    unsafe fn pop(&self, ptr: NonNull<u8>, layout: Layout) -> bool {
+        if !self.cursor.is_top(ptr.as_ptr(), layout.size()) {
+            return false;
+        }
+        // SAFETY: the caller gives the top allocation up; it lies in our window.
+        unsafe { poison::give_back(ptr.as_ptr(), layout.size()) };
+        self.cursor
+            .set_ptr(self.cursor.ptr().with_addr(ptr.as_ptr().addr()));
+        true
+    }
+
+    fn pool_name(&self) -> &'static str {
+        self.pool.name()
     }
 }
 

@@ -35,17 +35,18 @@ mod double;
 mod error;
 mod frame;
 mod global;
+mod interface;
 pub mod poison;
 mod pool;
 mod scratch;
 mod shared;
 mod thread_arena;
-mod typed;
 mod vm;
 
 pub use arena::{ArenaConfig, ArenaScope, ArenaStats, Checkpoint, MemoryArena, heap_fallbacks};
 pub use double::{DoubleBufferedArena, FrameHandle};
 pub use frame::{FrameArena, FrameArenaStats};
+pub use interface::{Arena, ArenaBox};
 pub use scratch::with_scratch;
 pub use shared::{GameArena, GameArenaGuard, SharedArena, engine_arena, game_arena};
 pub use thread_arena::{
@@ -53,7 +54,6 @@ pub use thread_arena::{
     end_thread_arena_frame, set_thread_arena_capacity, thread_arena_alloc, thread_arena_frame,
     thread_arena_reset, thread_arena_stats,
 };
-pub use typed::ArenaBox;
 
 pub use block::MemoryBlock;
 pub use error::{AllocError, PoolError};
@@ -62,6 +62,32 @@ pub use global::{
     maintain_global_pools, scratch_pool,
 };
 pub use pool::{MemoryPool, PoolStats};
+
+/// The names most code needs, with the [`Arena`] trait that brings the typed helpers:
+/// `use nebula_memory::prelude::*;`.
+///
+/// ```
+/// use nebula_memory::prelude::*;
+///
+/// let frame = MemoryArena::new(scratch_pool());
+/// let ids = frame.alloc_slice_copy(&[1u32, 2, 3]);
+/// let mut list = allocator_api2::vec::Vec::new_in(&frame);
+/// list.extend(ids.iter().map(|i| i * 10));
+/// assert_eq!(list.iter().sum::<u32>(), 60);
+/// ```
+pub mod prelude {
+    pub use crate::{
+        AllocError, Arena, ArenaBox, ArenaConfig, Checkpoint, DoubleBufferedArena, FrameArena,
+        FrameHandle, MemoryArena, MemoryPool, SharedArena, engine_arena, engine_pool, game_arena,
+        game_pool, scratch_pool, with_scratch,
+    };
+    pub use allocator_api2;
+}
+
+/// The `allocator-api2` crate (0.2) whose `Allocator` trait the arenas implement: its
+/// `vec::Vec`, `boxed::Box` and friends take an arena with `new_in(&arena)`. Re-exported
+/// so that collection code needs no extra dependency with a matching version.
+pub use allocator_api2;
 
 /// README.md's example, compiled and run as a doctest so it cannot rot.
 #[cfg(doctest)]

@@ -59,6 +59,7 @@ impl Drop for Exit {
 /// scope never frees memory an outer one still uses. O(1) plus the reset of one arena.
 ///
 /// ```
+/// use nebula_memory::Arena;
 /// use nebula_memory::with_scratch;
 ///
 /// let total = with_scratch(|outer| {

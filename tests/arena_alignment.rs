@@ -5,6 +5,7 @@
 //! Each test uses a private pool, so pool counters are not disturbed by tests running in
 //! parallel.
 
+use nebula_memory::Arena;
 use std::alloc::Layout;
 
 use nebula_memory::{ArenaConfig, MemoryArena};

@@ -6,6 +6,7 @@
 //! Each test uses a private pool, so pool counters are not disturbed by tests running in
 //! parallel.
 
+use nebula_memory::Arena;
 use std::alloc::Layout;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;

@@ -4,6 +4,7 @@
 //! (non-top growth, which must copy), and the `Allocator` methods called directly
 //! (`grow_zeroed`, alignment changes, `shrink`, `deallocate` of the top and below it).
 
+use nebula_memory::Arena;
 use std::alloc::Layout;
 
 use allocator_api2::alloc::Allocator;

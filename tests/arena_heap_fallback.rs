@@ -2,6 +2,7 @@
 //! the heap (the pool's counters do not move), the next reset frees it, and without the
 //! option the same request fails.
 
+use nebula_memory::Arena;
 use nebula_memory::{AllocError, ArenaConfig, MemoryArena, MemoryPool, PoolError};
 
 mod common;

@@ -1,5 +1,6 @@
 //! Regression tests for problems found in review of the arena.
 
+use nebula_memory::Arena;
 use nebula_memory::{ArenaConfig, MemoryArena, MemoryPool};
 
 mod common;

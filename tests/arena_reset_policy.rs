@@ -6,6 +6,7 @@
 //! Each test uses a private pool so that `PoolStats::allocations` / `frees` count this
 //! arena's pool operations only.
 
+use nebula_memory::Arena;
 use std::alloc::Layout;
 
 use allocator_api2::vec::Vec as AVec;

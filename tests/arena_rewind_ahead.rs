@@ -7,6 +7,7 @@
 //! data checked below would show either if a rewind freed too much.
 
 use allocator_api2::vec::Vec as AVec;
+use nebula_memory::Arena;
 use nebula_memory::{ArenaConfig, MemoryArena};
 
 mod common;

@@ -4,6 +4,7 @@
 //! default task pools.)
 #![cfg(feature = "bevy")]
 
+use nebula_memory::Arena;
 use std::alloc::Layout;
 use std::sync::{Arc, Mutex, mpsc};
 

@@ -2,6 +2,7 @@
 //! its own: Bevy's task pools are process-wide and the first configuration wins).
 #![cfg(feature = "bevy")]
 
+use nebula_memory::Arena;
 use std::collections::HashSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};

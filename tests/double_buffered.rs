@@ -1,6 +1,7 @@
 //! `DoubleBufferedArena` and `FrameHandle`: frame N's data is readable through frame N+1,
 //! then refused; handles of another arena are refused; stores from many threads at once.
 
+use nebula_memory::Arena;
 use nebula_memory::{DoubleBufferedArena, FrameHandle};
 use proptest::prelude::*;
 

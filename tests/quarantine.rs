@@ -2,6 +2,7 @@
 //! inaccessible for `n` calls to `maintain`, so a stale pointer faults at once.
 #![cfg(all(unix, not(miri)))]
 
+use nebula_memory::Arena;
 use std::hint::black_box;
 use std::process::Command;
 

@@ -3,6 +3,7 @@
 //! subscriber allocating from the same arena (and needing a block) waited for that lock on
 //! its own thread for ever. A process of its own: it sizes the global engine pool.
 
+use nebula_memory::Arena;
 use std::cell::Cell;
 use std::sync::mpsc;
 use std::time::Duration;

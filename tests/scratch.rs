@@ -8,6 +8,7 @@
 //! counters that `thread_exit_gives_scratch_blocks_back` compares are not disturbed by the
 //! other tests of this binary.
 
+use nebula_memory::Arena;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};

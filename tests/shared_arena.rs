@@ -1,6 +1,7 @@
 //! `SharedArena`: many threads allocating from one arena at once, `engine_arena` and
 //! `game_arena`.
 
+use nebula_memory::Arena;
 use std::alloc::Layout;
 
 use allocator_api2::vec::Vec as AVec;

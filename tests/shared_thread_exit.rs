@@ -5,6 +5,7 @@
 //! now gets a part of its own. A process of its own: it relies on which thread ids are
 //! free, so no other test may run threads beside it.
 
+use nebula_memory::Arena;
 use std::cell::RefCell;
 use std::sync::OnceLock;
 use std::sync::atomic::AtomicUsize;
@@ -35,7 +36,7 @@ fn wait_for(step: usize) {
 }
 
 fn part_of_this_thread() -> usize {
-    std::ptr::from_ref(arena().local()).addr()
+    std::ptr::from_ref(arena().this_thread()).addr()
 }
 
 /// Allocates from the arena in its destructor: a TLS value with a destructor, registered

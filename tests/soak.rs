@@ -12,6 +12,7 @@
 //! arena tests, which Miri runs.
 #![cfg(not(miri))]
 
+use nebula_memory::Arena;
 use std::alloc::Layout;
 
 use allocator_api2::vec::Vec as AVec;

@@ -5,6 +5,7 @@
 
 mod common;
 
+use nebula_memory::Arena;
 use std::alloc::Layout;
 use std::cell::Cell;
 use std::ptr::NonNull;
@@ -104,7 +105,7 @@ impl tracing::Subscriber for AllocatingSubscriber {
 #[test]
 fn an_allocation_made_by_a_subscriber_during_a_moving_realloc_survives() {
     let arena = reentry_arena();
-    let mine = arena.local();
+    let mine = arena.this_thread();
     mine.alloc_val(0u8); // the part's first block (64 KiB)
     let pool = arena.pool();
     let mut hold = Vec::new();

@@ -3,7 +3,7 @@
 /// How an arena sizes its blocks and when it gives memory back.
 ///
 /// ```
-/// use nebula_memory::{ArenaConfig, MemoryArena, MemoryPool};
+/// use nebula_memory::{Arena, ArenaConfig, MemoryArena, MemoryPool};
 ///
 /// let pool = MemoryPool::new("doc", 8 << 20).unwrap();
 /// let config = ArenaConfig::default().first_block(16 * 1024);

@@ -36,7 +36,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use parking_lot::Mutex;
 
-use crate::error::{AllocError, alloc_failed};
+use crate::error::AllocError;
+use crate::interface::{Arena, alloc_failed};
 use crate::poison;
 use crate::pool::MemoryPool;
 
@@ -83,7 +84,7 @@ const COLOUR_MIN: usize = 2048;
 /// scope.
 ///
 /// ```
-/// use nebula_memory::{MemoryArena, MemoryPool};
+/// use nebula_memory::{Arena, MemoryArena, MemoryPool};
 ///
 /// let pool = MemoryPool::new("doc", 4 << 20).unwrap();
 /// let mut arena = MemoryArena::new(&pool);
@@ -250,7 +251,7 @@ impl<'pool> MemoryArena<'pool> {
     fn alloc_slow_or_panic(&self, layout: Layout) -> NonNull<u8> {
         match self.alloc_slow(layout) {
             Ok(p) => p,
-            Err(e) => alloc_failed(self.pool.name(), layout, &e),
+            Err(e) => alloc_failed(&e),
         }
     }
 
@@ -443,6 +444,7 @@ impl<'pool> MemoryArena<'pool> {
     /// Bumps the arena's generation: every [`Checkpoint`] taken before is invalid.
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
     /// for _ in 0..4 {
     ///     arena.alloc_slice(300_000, 1u8); // spills over several blocks
@@ -547,6 +549,7 @@ impl<'pool> MemoryArena<'pool> {
     /// O(spares).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
     /// arena.alloc_val(1u8);
     /// arena.scope(|a| { a.alloc_slice(200_000, 0u8); }); // needs a second block
@@ -576,6 +579,7 @@ impl<'pool> MemoryArena<'pool> {
     /// of a block the arena moved on from is not counted). O(1).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
     /// arena.alloc_val(0u8);
     /// arena.alloc_val(0u32); // 3 bytes of padding first
@@ -588,6 +592,7 @@ impl<'pool> MemoryArena<'pool> {
     /// The largest `bytes_used` ever, across resets. O(1).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
     /// arena.alloc_slice(1000, 0u8);
     /// arena.reset();
@@ -615,6 +620,7 @@ impl<'pool> MemoryArena<'pool> {
     /// Blocks the arena holds, cached spares included. O(1).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
     /// assert_eq!(arena.block_count(), 0);
     /// arena.alloc_val(1u8);
@@ -627,6 +633,7 @@ impl<'pool> MemoryArena<'pool> {
     /// Bytes of pool memory the arena holds (whole blocks, headers included). O(1).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
     /// arena.alloc_val(1u8);
     /// assert!(arena.bytes_held() >= 64 * 1024);
@@ -666,6 +673,7 @@ impl<'pool> MemoryArena<'pool> {
     /// A snapshot of every counter, printable with `{}`. O(tags).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
     /// arena.alloc_val(1u64);
     /// let stats = arena.stats();
@@ -730,8 +738,44 @@ impl<'pool> MemoryArena<'pool> {
     pub fn alloc_tagged(&self, layout: Layout, tag: &'static str) -> NonNull<u8> {
         match self.try_alloc_tagged(layout, tag) {
             Ok(p) => p,
-            Err(e) => alloc_failed(self.pool.name(), layout, &e),
+            Err(e) => alloc_failed(&e),
         }
+    }
+}
+
+/// The arena interface: typed helpers (`alloc_val`, `alloc_slice_copy`, `alloc_str`, …)
+/// come with it. `pop` and `realloc` act on the top of the current block.
+impl Arena for MemoryArena<'_> {
+    #[inline(always)]
+    fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
+        MemoryArena::try_alloc(self, layout)
+    }
+
+    #[inline(always)]
+    #[track_caller]
+    fn alloc(&self, layout: Layout) -> NonNull<u8> {
+        MemoryArena::alloc(self, layout)
+    }
+
+    #[inline]
+    unsafe fn pop(&self, ptr: NonNull<u8>, layout: Layout) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { MemoryArena::pop(self, ptr, layout) }
+    }
+
+    #[inline]
+    unsafe fn realloc(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, AllocError> {
+        // SAFETY: forwarded from the caller.
+        unsafe { MemoryArena::realloc(self, ptr, old, new_size) }
+    }
+
+    fn pool_name(&self) -> &'static str {
+        self.pool.name()
     }
 }
 

@@ -14,6 +14,7 @@ use super::MemoryArena;
 /// back to it.
 ///
 /// ```
+/// use nebula_memory::Arena;
 /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
 /// let mut arena = nebula_memory::MemoryArena::new(&pool);
 /// let mark = arena.checkpoint();
@@ -64,6 +65,7 @@ impl<'pool> MemoryArena<'pool> {
     /// arena, or a `reset` has since invalidated it. Nothing changes then.
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
     /// arena.alloc_val(1u64);
     /// let mark = arena.checkpoint();
@@ -104,6 +106,7 @@ impl<'pool> MemoryArena<'pool> {
     /// plus the rewind (O(blocks held)).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
     /// let sum = arena.scope(|a| a.alloc_slice_fill_with(100, |i| i as u64).iter().sum::<u64>());
     /// assert_eq!(sum, 4950);
@@ -119,6 +122,7 @@ impl<'pool> MemoryArena<'pool> {
     /// on drop is O(blocks held).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
     /// {
     ///     let scope = arena.scope_guard();
@@ -139,6 +143,7 @@ impl<'pool> MemoryArena<'pool> {
 /// Created by [`MemoryArena::scope_guard`].
 ///
 /// ```
+/// use nebula_memory::Arena;
 /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
 /// let scope = arena.scope_guard();
 /// scope.alloc_str("temporary");

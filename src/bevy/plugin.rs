@@ -31,6 +31,7 @@ use crate::thread_arena::{
 ///   [`reset_frame_arenas_system`], then the diagnostics.
 ///
 /// ```standalone_crate
+/// use nebula_memory::Arena;
 /// use bevy_app::App;
 /// use nebula_memory::bevy::{FrameMemoryStats, MemoryPlugin, Scratch};
 ///

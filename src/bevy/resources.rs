@@ -15,6 +15,7 @@ use crate::shared::{GameArena, GameArenaGuard, SharedArena, engine_arena, game_a
 ///
 /// ```
 /// use bevy_ecs::prelude::*;
+/// use nebula_memory::Arena;
 /// use nebula_memory::bevy::EngineMemory;
 ///
 /// let mut world = World::new();
@@ -63,6 +64,7 @@ impl Deref for EngineMemory {
 ///
 /// ```
 /// use bevy_ecs::prelude::*;
+/// use nebula_memory::Arena;
 /// use nebula_memory::bevy::GameMemory;
 ///
 /// let mut world = World::new();
@@ -93,6 +95,7 @@ impl GameMemory {
     /// A guard to allocate through (see [`GameArena::read`]); allocations borrow it. O(1).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let game = nebula_memory::bevy::GameMemory::default();
     /// let hp = *game.read().alloc_val(100u32);
     /// assert_eq!(hp, 100);
@@ -115,6 +118,7 @@ impl GameMemory {
     /// says so). Returns whether it was reset. O(threads + blocks).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let mut game = nebula_memory::bevy::GameMemory::default();
     /// game.read().alloc_slice(100, 0u8);
     /// assert!(game.reset());

@@ -23,10 +23,13 @@
 //!   with any system that takes it mutably; the reset runs as an exclusive system, so no
 //!   `Scratch` item is alive while it resets.
 
+use std::alloc::Layout;
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::NonNull;
+
+use allocator_api2::alloc::{AllocError, Allocator};
 
 use bevy_ecs::change_detection::Tick;
 use bevy_ecs::prelude::*;
@@ -71,6 +74,7 @@ impl Drop for ThreadScratch {
 ///
 /// ```
 /// use bevy_ecs::prelude::*;
+/// use nebula_memory::Arena;
 /// use nebula_memory::bevy::{Scratch, ScratchArenas};
 ///
 /// let mut world = World::new();
@@ -224,6 +228,64 @@ impl Drop for Scratch<'_> {
             slot.arena.rewind(self.mark);
             slot.busy.set(false);
         }
+    }
+}
+
+/// `Vec::new_in(&scratch)` as well as `Vec::new_in(&*scratch)`: the collection borrows the
+/// item, so it cannot outlive the item's rewind when the system returns.
+///
+/// ```
+/// use bevy_ecs::prelude::*;
+/// use nebula_memory::allocator_api2::vec::Vec;
+/// use nebula_memory::bevy::{Scratch, ScratchArenas};
+///
+/// let mut world = World::new();
+/// world.insert_resource(ScratchArenas::default());
+/// let sum = world
+///     .run_system_cached(|scratch: Scratch| {
+///         let mut v = Vec::new_in(&scratch);
+///         v.extend(1..=4u32);
+///         v.iter().sum::<u32>()
+///     })
+///     .unwrap();
+/// assert_eq!(sum, 10);
+/// ```
+// SAFETY: every call is forwarded to the `&MemoryArena` the item derefs to, whose
+// `Allocator` impl is sound. Memory handed out stays valid while the `&Scratch` borrow
+// does: the item's drop (a rewind) and the frame-end reset both come after every borrow
+// of the item has ended.
+unsafe impl Allocator for &Scratch<'_> {
+    #[inline(always)]
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        (&***self).allocate(layout)
+    }
+
+    #[inline]
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { (&***self).deallocate(ptr, layout) }
+    }
+
+    #[inline]
+    unsafe fn grow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { (&***self).grow(ptr, old, new) }
+    }
+
+    #[inline]
+    unsafe fn shrink(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { (&***self).shrink(ptr, old, new) }
     }
 }
 

@@ -25,6 +25,7 @@ use crate::global::{engine_pool, game_pool};
 /// from it. O(1).
 ///
 /// ```
+/// use nebula_memory::Arena;
 /// let name: &'static str = nebula_memory::engine_arena().alloc_str("main window");
 /// assert_eq!(name, "main window");
 /// ```
@@ -38,6 +39,7 @@ pub fn engine_arena() -> &'static SharedArena<'static> {
 /// change. O(1).
 ///
 /// ```
+/// use nebula_memory::Arena;
 /// let level = nebula_memory::game_arena();
 /// {
 ///     let arena = level.read();
@@ -67,6 +69,7 @@ impl GameArena {
     /// every guard. O(1) (an uncontended read lock).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let arena = nebula_memory::game_arena().read();
     /// let hp = arena.alloc_val(100u32);
     /// assert_eq!(*hp, 100);
@@ -83,6 +86,7 @@ impl GameArena {
     /// O(threads + blocks).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let level = nebula_memory::game_arena();
     /// level.read().alloc_slice(1000, 0u8);
     /// level.reset();

@@ -8,12 +8,14 @@
 //! against it and loses (see the `workloads` bench, W6).
 //!
 //! The slots live in a [`ThreadLocal`], which gives each `SharedArena` its own per-thread
-//! storage and lets `reset(&mut self)` reach every thread's slot through `iter_mut`. A
-//! `SharedArena` derefs to the calling thread's `MemoryArena`, so it has the whole
-//! allocation surface of one (typed helpers, `try_` forms, tags, `pop`, `realloc`,
-//! checkpoints); a `&MemoryArena` is not `Send`, so that reference cannot leave the thread
-//! that got it. The statistics methods of `SharedArena` itself (`bytes_used`, `stats`, …)
-//! add up every thread's slot.
+//! storage and lets `reset(&mut self)` reach every thread's slot through `iter_mut`.
+//!
+//! **Shared means shared.** Everything on `SharedArena` itself concerns the whole arena:
+//! allocation through the [`Arena`] interface (which lands in the calling thread's part),
+//! and figures (`bytes_used`, `stats`, …) that add up every thread's part. What concerns
+//! one thread's part only (checkpoints and `rewind`, scopes, per-part figures) is reached
+//! through [`SharedArena::this_thread`], whose name says so; the `&MemoryArena` it returns
+//! is not `Send`, so it cannot leave the thread that got it.
 //!
 //! The price of a part per thread is memory: after a reset each part keeps the one block
 //! the reset policy chooses, so the arena holds up to a block per thread that ever
@@ -31,7 +33,6 @@ mod level;
 use std::alloc::Layout;
 use std::cell::Cell;
 use std::fmt;
-use std::ops::Deref;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -40,6 +41,7 @@ use thread_local::ThreadLocal;
 
 use crate::arena::{ArenaConfig, ArenaStats, MemoryArena};
 use crate::error::AllocError;
+use crate::interface::Arena;
 use crate::pool::MemoryPool;
 
 pub use level::{GameArena, GameArenaGuard, engine_arena, game_arena};
@@ -53,7 +55,8 @@ struct Slot<'pool>(MemoryArena<'pool>);
 // SAFETY: a `&Slot` gives a `&MemoryArena`. Everything a shared reference to an arena can
 // reach is an atomic or behind a lock, except the cursor's bump, which is a load followed
 // by a store and so must not run on two threads at once. `SharedArena` allocates (bumps,
-// pops, resizes, rewinds) only through the calling thread's own part, found by `local`:
+// pops, resizes, rewinds) only through the calling thread's own part, found by
+// `this_thread`:
 // - a slot of `slots`, which `ThreadLocal::get_or` gives to the thread holding its thread
 //   id, and which passes to another thread only after the first released that id (in its
 //   TLS teardown). `LAST` caches it only while the id is held: see `LastGuard`;
@@ -80,18 +83,18 @@ impl Drop for LatePart<'_> {
     }
 }
 
-/// A paged arena that many threads allocate from at once, with the same allocation
-/// surface as [`MemoryArena`] (it derefs to the calling thread's part).
+/// A paged arena that many threads allocate from at once, through the [`Arena`] interface.
 ///
 /// Each thread bumps in blocks of its own, so allocation costs what it costs in a
-/// `MemoryArena` plus a lookup of the thread's slot; the newest allocation *of the calling
-/// thread* can be popped or grown in place. Memory stays valid until
+/// `MemoryArena` plus a lookup of the thread's part; the newest allocation *of the calling
+/// thread* can be popped or grown in place. Operations on one thread's part alone
+/// (checkpoints, `rewind`, scopes) go through [`this_thread`](SharedArena::this_thread). Memory stays valid until
 /// [`reset`](SharedArena::reset) (which needs `&mut self`, so no allocation can still be
 /// borrowed) or drop. `&SharedArena` is an `allocator_api2` allocator, so
 /// `Vec::new_in(&shared)` and `hashbrown::HashMap::new_in(&shared)` work from any thread.
 ///
 /// ```
-/// use nebula_memory::{MemoryPool, SharedArena};
+/// use nebula_memory::{Arena, MemoryPool, SharedArena};
 ///
 /// let pool = MemoryPool::new("level", 16 << 20).unwrap();
 /// let mut arena = SharedArena::new(&pool);
@@ -179,7 +182,7 @@ impl<'pool> SharedArena<'pool> {
     /// An empty shared arena whose per-thread parts follow `config`. O(1).
     ///
     /// ```
-    /// use nebula_memory::{ArenaConfig, SharedArena};
+    /// use nebula_memory::{Arena, ArenaConfig, SharedArena};
     /// let config = ArenaConfig::default().first_block(16 * 1024);
     /// let arena = SharedArena::with_config(nebula_memory::game_pool(), config);
     /// arena.alloc_val(1u8);
@@ -216,21 +219,23 @@ impl<'pool> SharedArena<'pool> {
         &self.config
     }
 
-    /// The calling thread's part of the arena, created on the thread's first use. Hot
-    /// loops take it once and allocate from it directly, saving the slot lookup that
-    /// every method called through `Deref` makes. The reference cannot leave the thread.
-    /// O(1).
+    /// The calling thread's part of the arena (created on the thread's first use): a
+    /// `MemoryArena` whose checkpoints, `rewind`, scopes and figures concern this thread's
+    /// allocations only. Hot loops also take it once and allocate from it directly, saving
+    /// the part lookup each `Arena` call on the `SharedArena` makes. The reference cannot
+    /// leave the thread. O(1).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
-    /// let mine = arena.local();
+    /// let mine = arena.this_thread();
     /// for i in 0..1000u32 {
     ///     mine.alloc_val(i);
     /// }
     /// assert_eq!(arena.bytes_used(), 4000);
     /// ```
     #[inline]
-    pub fn local(&self) -> &MemoryArena<'pool> {
+    pub fn this_thread(&self) -> &MemoryArena<'pool> {
         let (key, slot) = LAST.with(Cell::get);
         if key == self.key {
             // SAFETY: `LAST` holds this thread's slot of the arena with this key, cached
@@ -244,13 +249,13 @@ impl<'pool> SharedArena<'pool> {
             // key afterwards, so a pointer cached before one of them never matches again.
             return unsafe { &(*slot.cast::<Slot<'pool>>()).0 };
         }
-        self.local_slow(key)
+        self.this_thread_slow(key)
     }
 
-    /// `local` when the cache names another arena: looks the slot up (creating it on the
+    /// `this_thread` when the cache names another arena: looks the slot up (creating it on the
     /// thread's first use) and caches it; late in the thread's teardown, a part of its own.
     #[inline(never)]
-    fn local_slow(&self, cached: u64) -> &MemoryArena<'pool> {
+    fn this_thread_slow(&self, cached: u64) -> &MemoryArena<'pool> {
         if cached == TORN_DOWN {
             return self.late_part();
         }
@@ -303,7 +308,7 @@ impl<'pool> SharedArena<'pool> {
     /// ```
     #[inline]
     pub fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
-        self.local().try_alloc(layout)
+        self.this_thread().try_alloc(layout)
     }
 
     /// Frees everything every thread allocated and lets each thread's part keep one block
@@ -312,6 +317,7 @@ impl<'pool> SharedArena<'pool> {
     /// `trim_after_resets` resets of a thread that stopped allocating. O(threads + blocks).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let mut arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
     /// arena.alloc_slice(10_000, 0u8);
     /// arena.reset();
@@ -364,6 +370,7 @@ impl<'pool> SharedArena<'pool> {
     /// lag. O(threads).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
     /// arena.alloc_val(1u64);
     /// assert_eq!(arena.bytes_used(), 8);
@@ -376,6 +383,7 @@ impl<'pool> SharedArena<'pool> {
     /// thread's part, across resets): an upper bound of the arena's peak. O(threads).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let mut arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
     /// arena.alloc_slice(1000, 0u8);
     /// arena.reset();
@@ -388,6 +396,7 @@ impl<'pool> SharedArena<'pool> {
     /// Blocks held by all threads' parts, spares included. O(threads).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
     /// arena.alloc_val(1u8);
     /// assert_eq!(arena.block_count(), 1);
@@ -399,6 +408,7 @@ impl<'pool> SharedArena<'pool> {
     /// Bytes of pool memory held by all threads' parts (whole blocks). O(threads).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
     /// arena.alloc_val(1u8);
     /// assert!(arena.bytes_held() >= 64 * 1024);
@@ -411,6 +421,7 @@ impl<'pool> SharedArena<'pool> {
     /// the part of a thread that exited is taken over by the next new thread). O(threads).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
     /// assert_eq!(arena.threads(), 0);
     /// arena.alloc_val(1u8);
@@ -435,7 +446,7 @@ impl<'pool> SharedArena<'pool> {
     /// ```
     /// use std::alloc::Layout;
     /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
-    /// arena.alloc_tagged(Layout::new::<[u8; 24]>(), "physics");
+    /// arena.this_thread().alloc_tagged(Layout::new::<[u8; 24]>(), "physics");
     /// assert_eq!(arena.tag_bytes("physics"), 24);
     /// ```
     pub fn tag_bytes(&self, tag: &str) -> usize {
@@ -446,6 +457,7 @@ impl<'pool> SharedArena<'pool> {
     /// of the parts), printable with `{}`. O(threads × tags).
     ///
     /// ```
+    /// use nebula_memory::Arena;
     /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
     /// arena.alloc_val(1u64);
     /// let stats = arena.stats();
@@ -480,13 +492,41 @@ impl<'pool> SharedArena<'pool> {
     }
 }
 
-impl<'pool> Deref for SharedArena<'pool> {
-    type Target = MemoryArena<'pool>;
+/// The arena interface, on the calling thread's part: typed helpers allocate there, and
+/// `pop` / `realloc` act on the newest allocation *of the calling thread* (an allocation of
+/// another thread is never the top here: `pop` returns `false`, a grow copies).
+impl<'pool> Arena for SharedArena<'pool> {
+    #[inline(always)]
+    fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
+        self.this_thread().try_alloc(layout)
+    }
 
-    /// The calling thread's part ([`SharedArena::local`]).
+    #[inline(always)]
+    #[track_caller]
+    fn alloc(&self, layout: Layout) -> NonNull<u8> {
+        self.this_thread().alloc(layout)
+    }
+
     #[inline]
-    fn deref(&self) -> &MemoryArena<'pool> {
-        self.local()
+    unsafe fn pop(&self, ptr: NonNull<u8>, layout: Layout) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.this_thread().pop(ptr, layout) }
+    }
+
+    #[inline]
+    unsafe fn realloc(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new_size: usize,
+    ) -> Result<NonNull<u8>, AllocError> {
+        // SAFETY: forwarded from the caller: `ptr` is live in this arena; if it is another
+        // thread's, it is not this thread's top and is copied, never extended.
+        unsafe { self.this_thread().realloc(ptr, old, new_size) }
+    }
+
+    fn pool_name(&self) -> &'static str {
+        self.pool.name()
     }
 }
 

@@ -1,5 +1,6 @@
 // An allocation from the game arena cannot outlive the guard it came through, so it
 // cannot be alive when the arena is reset.
+use nebula_memory::Arena;
 fn main() {
     let level = nebula_memory::game_arena();
     let guard = level.read();

@@ -1,4 +1,5 @@
 // An allocation made through a scope guard cannot outlive the guard.
+use nebula_memory::Arena;
 use nebula_memory::{MemoryArena, scratch_pool};
 
 fn main() {

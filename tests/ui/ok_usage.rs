@@ -1,4 +1,5 @@
 // The patterns the failing cases get wrong, done right: this must compile and run.
+use nebula_memory::Arena;
 use allocator_api2::vec::Vec;
 use nebula_memory::{MemoryArena, scratch_pool, with_scratch};
 

@@ -1,4 +1,5 @@
 // `reset` cannot run while an allocation is borrowed.
+use nebula_memory::Arena;
 use nebula_memory::{MemoryArena, scratch_pool};
 
 fn main() {

@@ -1,4 +1,5 @@
 // An allocation made inside a scope cannot be returned out of it.
+use nebula_memory::Arena;
 use nebula_memory::{MemoryArena, scratch_pool};
 
 fn main() {

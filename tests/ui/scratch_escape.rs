@@ -1,4 +1,5 @@
 // Scratch memory cannot leave the `with_scratch` call that allocated it.
+use nebula_memory::Arena;
 use nebula_memory::with_scratch;
 
 fn main() {

@@ -1,5 +1,6 @@
 // Scratch memory cannot be reached from the closure of `par_iter`, which runs on the
 // compute pool's threads.
+use nebula_memory::Arena;
 use bevy_ecs::prelude::*;
 use nebula_memory::bevy::Scratch;
 

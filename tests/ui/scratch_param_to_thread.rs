@@ -1,5 +1,6 @@
 // A `Scratch` item (and so its memory) cannot be used from a closure that runs on
 // another thread.
+use nebula_memory::Arena;
 use nebula_memory::bevy::Scratch;
 
 fn system(scratch: Scratch) {

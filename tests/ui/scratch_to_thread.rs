@@ -1,4 +1,5 @@
 // The scratch arena cannot be used from another thread.
+use nebula_memory::Arena;
 use nebula_memory::with_scratch;
 
 fn main() {
