@@ -78,7 +78,7 @@ fn every_arena_kind_runs_the_same_generic_code() {
     let frame = FrameArena::try_new_in(static_pool, 64 * 1024).unwrap();
     assert_eq!(fill(&frame), SUM);
 
-    assert_eq!(with_scratch(|scratch| fill(scratch)), SUM);
+    assert_eq!(with_scratch(fill), SUM);
 
     let guard = game_arena().read();
     assert_eq!(fill(&*guard), SUM);
@@ -88,7 +88,7 @@ fn every_arena_kind_runs_the_same_generic_code() {
     assert_eq!(fill(frames.current()), SUM);
 
     let mut arena = arena;
-    assert_eq!(arena.scope(|a| fill(a)), SUM);
+    assert_eq!(arena.scope(fill), SUM);
 }
 
 #[test]
