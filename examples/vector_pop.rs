@@ -30,26 +30,34 @@ fn main() {
     let mut arena = MemoryArena::new(&pool);
     let vertex = size_of::<Vertex>();
 
-    // 1. One draw list grown at the top: every grow happens in place.
+    // 1. One draw list grown at the top: a grow happens in place while the list's block has
+    //    room; only when the block is full does the list move, once, into a larger block.
     let mut verts = AVec::new_in(&arena);
-    let mut moves = 0;
+    let (mut grows, mut moves) = (0, 0);
     let mut at = verts.as_ptr();
+    let mut capacity = verts.capacity();
     for i in 0..100_000u32 {
         verts.push(Vertex {
             pos: [i as f32, 0.0],
             uv: [0.0, 1.0],
             color: i,
         });
+        if verts.capacity() != capacity {
+            grows += 1;
+            capacity = verts.capacity();
+        }
         if verts.as_ptr() != at {
             moves += 1;
             at = verts.as_ptr();
         }
     }
     println!(
-        "top vector: {} vertices, {} bytes of capacity, arena holds {} bytes used, moved {moves} times",
+        "top vector: {} vertices, {} bytes of capacity, arena holds {} bytes used; \
+         grew {grows} times, {} of them in place (it moved {moves} times, into larger blocks)",
         verts.len(),
         verts.capacity() * vertex,
-        arena.bytes_used()
+        arena.bytes_used(),
+        grows - moves
     );
     drop(verts); // given back while it is the top: popped
     println!("after dropping it: {} bytes used", arena.bytes_used());
@@ -69,8 +77,8 @@ fn main() {
     drop((a, b));
     arena.reset();
 
-    // 3. Explicit push and pop of a temporary buffer (an `ArenaPop`): its bytes are reused
-    //    by the next allocation.
+    // 3. Explicit push and pop of a temporary buffer (`MemoryArena::pop`): its bytes are
+    //    reused by the next allocation.
     let layout = Layout::array::<Vertex>(1024).unwrap_or(Layout::new::<Vertex>());
     let scratch = arena.alloc(layout);
     // SAFETY: the buffer is not used after the pop.

@@ -67,8 +67,10 @@ impl FrameArena {
     #[track_caller]
     pub fn new(capacity: usize) -> Self {
         assert!(capacity > 0, "Arena capacity must be > 0");
-        Self::try_new_in(scratch_pool(), capacity)
-            .unwrap_or_else(|e| panic!("FrameArena::new({capacity}): {e}"))
+        match Self::try_new_in(scratch_pool(), capacity) {
+            Ok(arena) => arena,
+            Err(e) => panic!("FrameArena::new({capacity}): {e}"),
+        }
     }
 
     /// An arena of exactly `capacity` usable bytes in a block of `pool`. O(1).

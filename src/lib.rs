@@ -1,28 +1,67 @@
 //! # nebula_memory
 //!
-//! The memory system AAA engines build by hand, for Rust game engines (Bevy first):
+//! The memory system AAA engines build by hand, for Rust game engines (Bevy first): global
+//! block pools, paged growable arenas on top of them, per-frame scratch memory that resets
+//! in O(1), and the figures to size it all.
 //!
-//! - [`MemoryPool`]: a reserved region of address space split into 16-byte-aligned
-//!   [`MemoryBlock`]s in O(1) (TLSF), coalescing on release and giving memory back to the OS.
-//!   Three global pools: [`engine_pool`], [`game_pool`], [`scratch_pool`].
-//! - [`MemoryArena`]: a paged bump arena over one pool's blocks: a few instructions per
-//!   allocation, LIFO [`pop`](MemoryArena::pop), in-place [`realloc`](MemoryArena::realloc)
-//!   of the newest allocation, checkpoints and safe scopes, and a `reset` that keeps the one
-//!   block the next frame needs. `&MemoryArena` is an `allocator_api2` allocator.
-//! - [`FrameArena`] and the per-thread frame arena ([`thread_arena_alloc`]): the classic
-//!   fixed-capacity frame arena API, on the scratch pool; and [`with_scratch`] for safe,
-//!   nestable scratch space.
+//! ## Which arena do I use?
 //!
-//! See `ARCHITECTURE.md` for the layers and their invariants.
+//! | memory for… | use | lives | threads | freed by | who frees it |
+//! |---|---|---|---|---|---|
+//! | a function's temporaries | [`with_scratch`] | the closure | the calling thread | the closure's return | the crate |
+//! | a Bevy system's temporaries | `bevy::Scratch` | the system run | the system's thread | the system's return | the crate |
+//! | one frame, one thread | [`MemoryArena`] | until `reset` | one at a time (`Send`) | [`reset`](MemoryArena::reset) (`&mut`) | your frame loop |
+//! | one frame, many threads | [`SharedArena`] | until `reset` | any, at once | [`reset`](SharedArena::reset) (`&mut`) | your frame loop |
+//! | frame N's results, read in frame N+1 | [`DoubleBufferedArena`] (Bevy: `FrameMemory`) | two frames | any | [`swap`](DoubleBufferedArena::swap) (`&mut`) | your frame loop / the Bevy plugin |
+//! | the level | [`game_arena`] (Bevy: `GameMemory`) | until level change | any | [`GameArena::reset`] (waits for guards) | you, on level change |
+//! | the engine's lifetime | [`engine_arena`] (Bevy: `EngineMemory`) | the process | any | never | — |
+//! | the classic fixed frame arena | [`FrameArena`], [`thread_arena_alloc`] | until reset | one | `unsafe reset` / the thread's next frame | you / the Bevy plugin |
+//!
+//! Every arena speaks the [`Arena`] trait (`use nebula_memory::prelude::*;`): values,
+//! slices, strings and formatted text, each with a `try_` form. `&MemoryArena`,
+//! `&SharedArena` and Bevy's `&Scratch` are `allocator_api2` allocators, so collections
+//! live in them: `allocator_api2::vec::Vec::new_in(&arena)`,
+//! `hashbrown::HashMap::new_in(&arena)` ([`allocator_api2`] is re-exported).
+//!
+//! Underneath, a [`MemoryPool`] is one reserved region of address space split into
+//! 16-byte-aligned [`MemoryBlock`]s in O(1) (TLSF); the three global pools are
+//! [`engine_pool`], [`game_pool`] and [`scratch_pool`]. Arenas take whole blocks from a
+//! pool and bump-allocate inside them (a handful of instructions per allocation).
+//!
+//! ## A game loop
 //!
 //! ```
-//! use nebula_memory::MemoryPool;
+//! use nebula_memory::prelude::*;
 //!
-//! let pool = MemoryPool::new("example", 4 << 20).unwrap();
-//! let block = pool.allocate_block(16 * 1024).unwrap();
-//! // SAFETY: from this pool, not used afterwards.
-//! unsafe { pool.free_block(block) };
+//! struct Enemy { pos: (f32, f32), hp: u32 }
+//!
+//! // Loaded once: lives as long as the engine.
+//! let names: &'static str = engine_arena().alloc_str("goblin");
+//!
+//! let mut frame = MemoryArena::new(game_pool());
+//! for tick in 0..3 {
+//!     // This frame's data: no heap allocation, freed all at once below.
+//!     let enemies = frame.alloc_slice_fill_with(100, |i| Enemy {
+//!         pos: (i as f32, tick as f32),
+//!         hp: 10,
+//!     });
+//!     let mut visible = allocator_api2::vec::Vec::new_in(&frame);
+//!     visible.extend(enemies.iter().filter(|e| e.pos.0 < 50.0).map(|e| e.hp));
+//!     // A helper's temporaries, gone when the closure returns.
+//!     let nearest = with_scratch(|scratch| {
+//!         let d = scratch.alloc_slice_from_iter(enemies.iter().map(|e| e.pos.0 + e.pos.1));
+//!         d.iter().cloned().fold(f32::MAX, f32::min)
+//!     });
+//!     assert_eq!((visible.len(), nearest), (50, tick as f32));
+//!     drop(visible);
+//!     frame.reset(); // everything from this frame, in O(1) when the frame is steady
+//! }
+//! assert_eq!(names, "goblin");
 //! ```
+//!
+//! With Bevy, add `nebula_memory::bevy::MemoryPlugin` and take a `Scratch` parameter in
+//! your systems; see the `nebula_memory::bevy` module. `ARCHITECTURE.md` describes the
+//! layers and their invariants.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
 

@@ -75,6 +75,7 @@ impl<'pool> MemoryArena<'pool> {
     /// assert_eq!(arena.bytes_used(), 8);
     /// assert_eq!(arena.block_count(), 2); // the second block is cached
     /// ```
+    #[track_caller]
     pub unsafe fn rewind(&self, to: Checkpoint) {
         if to.arena != self.id || to.generation != self.generation {
             self.bad_checkpoint(to);
