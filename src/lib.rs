@@ -13,7 +13,7 @@
 //! | one frame, one thread | [`MemoryArena`] | until `reset` | one at a time (`Send`) | [`reset`](MemoryArena::reset) (`&mut`) | your frame loop |
 //! | one frame, many threads | [`SharedArena`] | until `reset` | any, at once | [`reset`](SharedArena::reset) (`&mut`) | your frame loop |
 //! | frame N's results, read in frame N+1 | [`DoubleBufferedArena`] (Bevy: `FrameMemory`) | two frames | any | [`swap`](DoubleBufferedArena::swap) (`&mut`) | your frame loop / the Bevy plugin |
-//! | the level | [`game_arena`] (Bevy: `GameMemory`) | until level change | any | [`GameArena::reset`] (waits for guards) | you, on level change |
+//! | the level | [`game_arena`] (Bevy: `GameMemory`) | until level change | any | [`GameArena::wait_and_reset`] (waits for guards) | you, on level change |
 //! | the engine's lifetime | [`engine_arena`] (Bevy: `EngineMemory`) | the process | any | never | — |
 //! | the classic fixed frame arena | [`FrameArena`], [`thread_arena_alloc`] | until reset | one | `unsafe reset` / the thread's next frame | you / the Bevy plugin |
 //!

@@ -325,7 +325,7 @@ fn engine_and_game_arenas() {
     assert!(level.try_reset());
     assert_eq!(level.read().bytes_used(), 0);
     level.read().alloc_val(1u8);
-    level.reset();
+    level.wait_and_reset();
     assert_eq!(level.stats().bytes_used, 0);
 }
 

@@ -14,11 +14,15 @@
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArenaConfig {
-    /// Usable bytes of the first block (default 64 KiB).
+    /// Usable bytes of the first block (default 64 KiB), rounded up to 4 KiB. `0` means the
+    /// smallest block (4 KiB). A size the pool cannot serve is asked for, then the arena
+    /// settles for a block sized to the request (the pool's refusal of the larger size is
+    /// not an exhaustion).
     pub first_block: usize,
     /// Largest block that normal growth asks for (default 16 MiB). Each new block is at
     /// least the sum of the blocks held so far, up to this cap; a single request larger
-    /// than the cap gets a block of its own sized to fit.
+    /// than the cap gets a block of its own sized to fit. A cap below `first_block` (`0`
+    /// included) means `first_block`, never more; `usize::MAX` means no cap.
     pub max_block: usize,
     /// After this many consecutive resets in which the kept block was more than twice as
     /// large as needed, `reset` replaces it with one sized to those frames (default 120,

@@ -104,7 +104,7 @@ pub struct MemoryArena<'pool> {
     /// The bump position; all the fast path reads.
     cursor: Cursor,
     /// Largest `bytes_used` since the last reset (brought up to date where it falls).
-    frame_peak: AtomicUsize,
+    peak_since_reset: AtomicUsize,
     /// Largest `bytes_used` ever (likewise).
     high_watermark: AtomicUsize,
     /// Resets so far; checkpoints carry it. Written only through `&mut self`.
@@ -156,7 +156,7 @@ impl<'pool> MemoryArena<'pool> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         MemoryArena {
             cursor: Cursor::empty(),
-            frame_peak: AtomicUsize::new(0),
+            peak_since_reset: AtomicUsize::new(0),
             high_watermark: AtomicUsize::new(0),
             generation: 0,
             steady_lo: AtomicUsize::new(NO_BAND.0),
@@ -462,14 +462,14 @@ impl<'pool> MemoryArena<'pool> {
         // frame's `bytes_used`.
         let start = self.cursor.start();
         let used = self.cursor.used_here();
-        let peak = (*self.frame_peak.get_mut()).max(used);
+        let peak = (*self.peak_since_reset.get_mut()).max(used);
         if peak.wrapping_sub(*self.steady_lo.get_mut()) <= *self.steady_span.get_mut() {
             debug_assert!(self.steady_state_agrees(peak), "steady band out of date");
             // SAFETY: everything handed out from the block is dead (`&mut self`), and with
             // one block that is exactly `[start, ptr)`.
             unsafe { poison::give_back(start, used) };
             self.cursor.set_ptr(start);
-            *self.frame_peak.get_mut() = 0;
+            *self.peak_since_reset.get_mut() = 0;
             let high = self.high_watermark.get_mut();
             *high = (*high).max(peak);
             self.generation += 1;
@@ -484,7 +484,7 @@ impl<'pool> MemoryArena<'pool> {
     #[inline(never)]
     fn reset_slow(&mut self) {
         // `&mut self`: plain accesses, no atomic read-modify-write.
-        let peak = std::mem::take(self.frame_peak.get_mut()).max(self.cursor.position());
+        let peak = std::mem::take(self.peak_since_reset.get_mut()).max(self.cursor.position());
         let high = self.high_watermark.get_mut();
         *high = (*high).max(peak);
         self.generation += 1;
@@ -567,8 +567,8 @@ impl<'pool> MemoryArena<'pool> {
     #[inline]
     fn note_peak(&self) {
         let used = self.bytes_used();
-        if used > self.frame_peak.load(Relaxed) {
-            self.frame_peak.store(used, Relaxed);
+        if used > self.peak_since_reset.load(Relaxed) {
+            self.peak_since_reset.store(used, Relaxed);
             if used > self.high_watermark.load(Relaxed) {
                 self.high_watermark.store(used, Relaxed);
             }
@@ -611,10 +611,10 @@ impl<'pool> MemoryArena<'pool> {
     /// let p = arena.alloc(layout);
     /// // SAFETY: `p` is not used again.
     /// unsafe { arena.pop(p, layout) };
-    /// assert_eq!((arena.bytes_used(), arena.frame_peak()), (0, 500));
+    /// assert_eq!((arena.bytes_used(), arena.peak_since_reset()), (0, 500));
     /// ```
-    pub fn frame_peak(&self) -> usize {
-        self.frame_peak.load(Relaxed).max(self.bytes_used())
+    pub fn peak_since_reset(&self) -> usize {
+        self.peak_since_reset.load(Relaxed).max(self.bytes_used())
     }
 
     /// Blocks the arena holds, cached spares included. O(1).

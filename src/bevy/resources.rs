@@ -121,9 +121,9 @@ impl GameMemory {
     /// use nebula_memory::Arena;
     /// let mut game = nebula_memory::bevy::GameMemory::default();
     /// game.read().alloc_slice(100, 0u8);
-    /// assert!(game.reset());
+    /// assert!(game.reset_or_postpone());
     /// ```
-    pub fn reset(&mut self) -> bool {
+    pub fn reset_or_postpone(&mut self) -> bool {
         self.pending = !self.arena.try_reset();
         if self.pending {
             tracing::warn!(
@@ -147,7 +147,7 @@ pub(crate) fn reset_game_arena_on_request(
 ) {
     let asked = requests.read().count() > 0;
     if asked || game.pending {
-        game.reset();
+        game.reset_or_postpone();
     }
 }
 

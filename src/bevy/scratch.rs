@@ -163,7 +163,7 @@ impl ScratchArenas {
                 // SAFETY: `&mut self`: no item holds any slot, so we have the only access.
                 let slot = unsafe { &mut *slot.as_ptr() };
                 slot.busy.set(false);
-                frame.peak_bytes += slot.arena.frame_peak();
+                frame.peak_bytes += slot.arena.peak_since_reset();
                 frame.arenas += 1;
                 slot.arena.reset();
                 frame.bytes_held += slot.arena.bytes_held();

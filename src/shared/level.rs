@@ -6,7 +6,7 @@
 //! - [`game_arena`]: the level's data, reset on level change. A process-wide arena that
 //!   can be reset needs proof that nothing still points into it. Here the proof is a
 //!   read-write lock: allocating goes through a read guard ([`GameArena::read`]), every
-//!   allocation borrows that guard, and [`GameArena::reset`] takes the write lock, which
+//!   allocation borrows that guard, and [`GameArena::wait_and_reset`] takes the write lock, which
 //!   it gets only once every guard (and so every allocation) is gone. No `unsafe` contract
 //!   for the caller, at the cost of one uncontended lock acquisition per guard (not per
 //!   allocation).
@@ -35,7 +35,7 @@ pub fn engine_arena() -> &'static SharedArena<'static> {
 }
 
 /// The level arena, on [`game_pool`], created on first use: allocate through
-/// [`read`](GameArena::read), free everything with [`reset`](GameArena::reset) on level
+/// [`read`](GameArena::read), free everything with [`wait_and_reset`](GameArena::wait_and_reset) on level
 /// change. O(1).
 ///
 /// ```
@@ -46,7 +46,7 @@ pub fn engine_arena() -> &'static SharedArena<'static> {
 ///     let spawns = arena.alloc_slice_copy(&[(1.0f32, 2.0f32), (3.0, 4.0)]);
 ///     assert_eq!(spawns.len(), 2);
 /// } // the guard, and every allocation borrowed from it, ends here
-/// level.reset(); // next level
+/// level.wait_and_reset(); // next level
 /// ```
 pub fn game_arena() -> &'static GameArena {
     static GAME: OnceLock<GameArena> = OnceLock::new();
@@ -56,7 +56,7 @@ pub fn game_arena() -> &'static GameArena {
 }
 
 /// A process-wide [`SharedArena`] that can be reset soundly: allocations borrow a read
-/// guard, and [`reset`](GameArena::reset) waits for every guard to go. See
+/// guard, and [`wait_and_reset`](GameArena::wait_and_reset) waits for every guard to go. See
 /// [`game_arena`].
 pub struct GameArena {
     arena: RwLock<SharedArena<'static>>,
@@ -65,7 +65,7 @@ pub struct GameArena {
 impl GameArena {
     /// A guard through which any number of threads allocate at once; it derefs to the
     /// [`SharedArena`]. Allocations borrow the guard, so they end with it. Hold it for a
-    /// system run or a loading step, not for ever: [`reset`](GameArena::reset) waits for
+    /// system run or a loading step, not for ever: [`wait_and_reset`](GameArena::wait_and_reset) waits for
     /// every guard. O(1) (an uncontended read lock).
     ///
     /// ```
@@ -89,14 +89,14 @@ impl GameArena {
     /// use nebula_memory::Arena;
     /// let level = nebula_memory::game_arena();
     /// level.read().alloc_slice(1000, 0u8);
-    /// level.reset();
+    /// level.wait_and_reset();
     /// assert_eq!(level.read().bytes_used(), 0);
     /// ```
-    pub fn reset(&self) {
+    pub fn wait_and_reset(&self) {
         self.arena.write().reset();
     }
 
-    /// [`reset`](GameArena::reset) if no guard is alive now; `false` (and nothing
+    /// [`wait_and_reset`](GameArena::wait_and_reset) if no guard is alive now; `false` (and nothing
     /// changes) otherwise. O(threads + blocks).
     ///
     /// ```

@@ -6,6 +6,6 @@ fn main() {
     let guard = level.read();
     let hp = guard.alloc_val(100u32);
     drop(guard);
-    level.reset();
+    level.wait_and_reset();
     assert_eq!(*hp, 100);
 }
