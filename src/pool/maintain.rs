@@ -1,0 +1,139 @@
+//! Keeping a pool healthy between allocations: giving free pages back to the OS (the
+//! purge policy) and releasing quarantined blocks, once per frame or when due.
+
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use super::{MemoryPool, State};
+use crate::block::{DIRTY, HEADER, MAGIC_USED, MemoryBlock};
+
+impl MemoryPool {
+    /// Runs a decommit pass if the purge policy says one is due.
+    pub(super) fn purge_if_due(&self, st: &mut State) -> usize {
+        if st.purge.due() {
+            self.decommit_dirty(st)
+        } else {
+            0
+        }
+    }
+
+    /// One decommit pass: gives back the pages of every dirty free range and resets the
+    /// release pressure. O(free ranges); under the lock, because a range must not be handed
+    /// out while its pages are being dropped. Returns the number of ranges decommitted.
+    fn decommit_dirty(&self, st: &mut State) -> usize {
+        let mut count = 0;
+        st.index.for_each(|b| {
+            // SAFETY: a free block on our lists, under the lock. Its interior (between the
+            // header and the footer, which stay committed) is dead memory of the region.
+            unsafe {
+                if (*b).flags.load(Relaxed) & DIRTY != 0 {
+                    let size = (*b).size;
+                    self.region
+                        .decommit(b.cast::<u8>().add(HEADER), size - HEADER - 8);
+                    (*b).flags.fetch_and(!DIRTY, Relaxed);
+                    count += 1;
+                }
+            }
+        });
+        st.purge.passed();
+        count
+    }
+
+    /// Sets the release pressure (bytes freed minus bytes acquired since the last decommit
+    /// pass) above which free pages are given back to the OS once the purge delay has
+    /// passed (default: capacity / 4, at most 64 MiB). After a peak, resident free memory
+    /// falls to about this much. O(1).
+    ///
+    /// ```
+    /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
+    /// pool.set_retain_limit(0);
+    /// ```
+    pub fn set_retain_limit(&self, bytes: usize) {
+        self.state.lock().purge.retain_limit = bytes;
+    }
+
+    /// Sets how long release pressure must stay above the retain limit before a release or
+    /// [`maintain`](MemoryPool::maintain) decommits (default 500 ms). A delay rides out
+    /// free-then-reallocate churn (a level unloaded, the next one loaded) without faulting
+    /// every page in again; `Duration::ZERO` decommits as soon as the limit is crossed.
+    /// O(1).
+    ///
+    /// ```
+    /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
+    /// pool.set_purge_delay(std::time::Duration::ZERO);
+    /// ```
+    pub fn set_purge_delay(&self, delay: Duration) {
+        self.state.lock().purge.delay = delay;
+    }
+
+    /// Gives free pages back to the OS if release pressure has stayed above the retain
+    /// limit for the purge delay, and releases quarantined blocks whose wait is over.
+    /// Cheap when nothing is due (a lock and a comparison); call it once per frame (see
+    /// [`maintain_global_pools`](crate::maintain_global_pools)), since a steady arena
+    /// workload makes no pool call that could run it. O(1), or O(free ranges) when a pass
+    /// runs. Returns the number of ranges decommitted.
+    ///
+    /// ```
+    /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
+    /// assert_eq!(pool.maintain(), 0);
+    /// ```
+    pub fn maintain(&self) -> usize {
+        let mut st = self.state.lock();
+        st.quarantine.tick();
+        while let Some(b) = st.quarantine.pop_expired() {
+            // SAFETY: a quarantined block of this pool: dead, out of every list, its header
+            // accessible; its data pages are made accessible again before it is released.
+            unsafe {
+                let size = (*b).size;
+                let data = MemoryBlock::data_of(NonNull::new_unchecked(b)).as_ptr();
+                self.region.protect(data, size - HEADER, true);
+                (*b).magic = MAGIC_USED;
+                self.release_locked(&mut st, b);
+            }
+        }
+        self.purge_if_due(&mut st)
+    }
+
+    /// Debug aid after Unreal's "purgatory": blocks given back with
+    /// [`free_block`](MemoryPool::free_block) stay out of circulation, their data pages
+    /// inaccessible (`mprotect(PROT_NONE)`), until [`maintain`](MemoryPool::maintain) has
+    /// been called `frames` more times (call it once per frame). A stale pointer into a
+    /// block an arena gave back then faults at once instead of reading recycled memory.
+    /// `0` (the default) turns it off; blocks already waiting are released by the next
+    /// `maintain`. Whole pages only: the first and last partial page of a block stay
+    /// accessible. On targets without page protection the blocks are only delayed. O(1).
+    ///
+    /// ```
+    /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
+    /// pool.set_quarantine(4);
+    /// let block = pool.allocate_block(64 * 1024).unwrap();
+    /// // SAFETY: from this pool, not used afterwards.
+    /// unsafe { pool.free_block(block) };
+    /// assert_eq!(pool.stats().quarantined, 64 * 1024 + 32);
+    /// for _ in 0..4 {
+    ///     pool.maintain();
+    /// }
+    /// assert_eq!(pool.stats().in_use, 0);
+    /// ```
+    pub fn set_quarantine(&self, frames: u32) {
+        self.state.lock().quarantine.frames = frames;
+    }
+
+    /// Gives the pages of every free range that may hold resident memory back to the OS
+    /// now (each range's header and footer stay). O(free ranges). Returns the number of
+    /// ranges decommitted.
+    ///
+    /// ```
+    /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
+    /// assert_eq!(pool.trim(), 0); // nothing was ever touched
+    /// let block = pool.allocate_block(4096).unwrap();
+    /// // SAFETY: from this pool, not used afterwards.
+    /// unsafe { pool.free_block(block) };
+    /// assert_eq!(pool.trim(), 1);
+    /// ```
+    pub fn trim(&self) -> usize {
+        let mut st = self.state.lock();
+        self.decommit_dirty(&mut st)
+    }
+}
