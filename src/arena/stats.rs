@@ -1,6 +1,14 @@
-//! `ArenaStats`: a printable snapshot of an arena's counters.
+//! An arena's figures (bytes used, watermarks, blocks held, per-allocation tags) and
+//! `ArenaStats`, a printable snapshot of them.
 
+use std::alloc::Layout;
 use std::fmt;
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::MemoryArena;
+use crate::error::AllocError;
+use crate::interface::alloc_failed;
 
 /// A snapshot of an arena's counters, from [`MemoryArena::stats`](crate::MemoryArena::stats).
 ///
@@ -45,6 +53,185 @@ impl fmt::Display for ArenaStats {
             write!(f, "\n  {tag:<16} {}", Bytes(*n))?;
         }
         Ok(())
+    }
+}
+
+impl<'pool> MemoryArena<'pool> {
+    /// Brings the watermarks up to date before `bytes_used` falls.
+    #[inline]
+    pub(super) fn note_peak(&self) {
+        let used = self.bytes_used();
+        if used > self.peak_since_reset.load(Relaxed) {
+            self.peak_since_reset.store(used, Relaxed);
+            if used > self.high_watermark.load(Relaxed) {
+                self.high_watermark.store(used, Relaxed);
+            }
+        }
+    }
+
+    /// Bytes handed out since the last reset, alignment padding included (the unused tail
+    /// of a block the arena moved on from is not counted). O(1).
+    ///
+    /// ```
+    /// use nebula_memory::Arena;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_val(0u8);
+    /// arena.alloc_val(0u32); // 3 bytes of padding first
+    /// assert_eq!(arena.bytes_used(), 8);
+    /// ```
+    pub fn bytes_used(&self) -> usize {
+        self.cursor.position()
+    }
+
+    /// The largest `bytes_used` ever, across resets. O(1).
+    ///
+    /// ```
+    /// use nebula_memory::Arena;
+    /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_slice(1000, 0u8);
+    /// arena.reset();
+    /// assert_eq!(arena.high_watermark(), 1000);
+    /// ```
+    pub fn high_watermark(&self) -> usize {
+        self.high_watermark.load(Relaxed).max(self.bytes_used())
+    }
+
+    /// The largest `bytes_used` since the last reset: what this frame needed at its peak,
+    /// also if pops or rewinds have given memory back since. O(1).
+    ///
+    /// ```
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// let layout = std::alloc::Layout::new::<[u8; 500]>();
+    /// let p = arena.alloc(layout);
+    /// // SAFETY: `p` is not used again.
+    /// unsafe { arena.pop(p, layout) };
+    /// assert_eq!((arena.bytes_used(), arena.peak_since_reset()), (0, 500));
+    /// ```
+    pub fn peak_since_reset(&self) -> usize {
+        self.peak_since_reset.load(Relaxed).max(self.bytes_used())
+    }
+
+    /// Blocks the arena holds, cached spares included. O(1).
+    ///
+    /// ```
+    /// use nebula_memory::Arena;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// assert_eq!(arena.block_count(), 0);
+    /// arena.alloc_val(1u8);
+    /// assert_eq!(arena.block_count(), 1);
+    /// ```
+    pub fn block_count(&self) -> usize {
+        self.chain.lock().block_count()
+    }
+
+    /// Bytes of pool memory the arena holds (whole blocks, headers included). O(1).
+    ///
+    /// ```
+    /// use nebula_memory::Arena;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_val(1u8);
+    /// assert!(arena.bytes_held() >= 64 * 1024);
+    /// ```
+    pub fn bytes_held(&self) -> usize {
+        self.chain.lock().bytes_held()
+    }
+
+    /// The arena's generation: how many times it has been reset. O(1).
+    ///
+    /// ```
+    /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.reset();
+    /// assert_eq!(arena.generation(), 1);
+    /// ```
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Bytes requested with `tag` since the last reset (see
+    /// [`alloc_tagged`](MemoryArena::alloc_tagged)). O(tags).
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_tagged(Layout::new::<[u8; 48]>(), "mesh");
+    /// assert_eq!(arena.tag_bytes("mesh"), 48);
+    /// ```
+    pub fn tag_bytes(&self, tag: &str) -> usize {
+        self.tags
+            .lock()
+            .iter()
+            .find(|(t, _)| *t == tag)
+            .map_or(0, |&(_, n)| n)
+    }
+
+    /// A snapshot of every counter, printable with `{}`. O(tags).
+    ///
+    /// ```
+    /// use nebula_memory::Arena;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_val(1u64);
+    /// let stats = arena.stats();
+    /// assert_eq!(stats.bytes_used, 8);
+    /// println!("{stats}");
+    /// ```
+    pub fn stats(&self) -> ArenaStats {
+        let (block_count, bytes_held) = {
+            let chain = self.chain.lock();
+            (chain.block_count(), chain.bytes_held())
+        };
+        ArenaStats {
+            pool: self.pool.name(),
+            bytes_used: self.bytes_used(),
+            high_watermark: self.high_watermark(),
+            block_count,
+            bytes_held,
+            generation: self.generation,
+            tags: self.tags.lock().clone(),
+        }
+    }
+
+    /// Allocates like [`try_alloc`](MemoryArena::try_alloc) and counts the bytes under
+    /// `tag` (`ArenaPush(arena, size, align, "Tag")` in C++ engines). Tagging costs a lock
+    /// and a lookup in a short list; untagged allocations pay nothing for it. O(tags).
+    ///
+    /// # Errors
+    /// As `try_alloc`.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.try_alloc_tagged(Layout::new::<u64>(), "ai").unwrap();
+    /// assert_eq!(arena.tag_bytes("ai"), 8);
+    /// ```
+    pub fn try_alloc_tagged(
+        &self,
+        layout: Layout,
+        tag: &'static str,
+    ) -> Result<NonNull<u8>, AllocError> {
+        let p = self.try_alloc(layout)?;
+        self.leave_steady_state();
+        let mut tags = self.tags.lock();
+        match tags.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, n)) => *n += layout.size(),
+            None => tags.push((tag, layout.size())),
+        }
+        Ok(p)
+    }
+
+    /// [`try_alloc_tagged`](MemoryArena::try_alloc_tagged), panicking on failure. O(tags).
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_tagged(Layout::new::<u64>(), "ui");
+    /// assert_eq!(arena.stats().tags, vec![("ui", 8)]);
+    /// ```
+    #[track_caller]
+    pub fn alloc_tagged(&self, layout: Layout, tag: &'static str) -> NonNull<u8> {
+        match self.try_alloc_tagged(layout, tag) {
+            Ok(p) => p,
+            Err(e) => alloc_failed(&e),
+        }
     }
 }
 

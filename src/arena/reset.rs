@@ -1,0 +1,141 @@
+//! `reset`: freeing everything at once, and the steady state in which that costs two cache
+//! lines.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::policy::{self, Decision, Quiet};
+use super::{MemoryArena, NO_BAND};
+use crate::poison;
+
+impl<'pool> MemoryArena<'pool> {
+    /// Frees everything at once and gives every block but one back to the pool.
+    /// O(1) in the steady state; O(blocks held) otherwise.
+    ///
+    /// The block kept is the one that best serves the next frame: the largest held, if it
+    /// fits everything this frame used (plus 1/8); otherwise a single new block of that
+    /// size (and at least 1.25 times the largest) replaces them all. So after a warm-up
+    /// frame, a steady workload does no pool operation at all, and its reset touches
+    /// nothing but the arena's own fields. If the kept block stays more than twice too
+    /// large for [`ArenaConfig::trim_after_resets`](crate::ArenaConfig::trim_after_resets) resets in a row, it is swapped for one
+    /// sized to those frames, so one spike does not pin its memory for ever.
+    ///
+    /// Bumps the arena's generation: every [`Checkpoint`](crate::Checkpoint) taken before is invalid.
+    ///
+    /// ```
+    /// use nebula_memory::Arena;
+    /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// for _ in 0..4 {
+    ///     arena.alloc_slice(300_000, 1u8); // spills over several blocks
+    /// }
+    /// assert!(arena.block_count() > 1);
+    /// arena.reset();
+    /// assert_eq!((arena.block_count(), arena.bytes_used()), (1, 0));
+    /// ```
+    #[inline]
+    pub fn reset(&mut self) {
+        // The steady state: the arena holds one pool block that the reset policy keeps as it
+        // is for this frame's peak (it lies in the steady band), so nothing is decided and
+        // only the arena's first cache lines are touched: no lock, no block header, no
+        // pool. With one block the cursor is in it and `base` is 0, so `ptr - start` is the
+        // frame's `bytes_used`.
+        let start = self.cursor.start();
+        let used = self.cursor.used_here();
+        let peak = (*self.peak_since_reset.get_mut()).max(used);
+        if peak.wrapping_sub(*self.steady_lo.get_mut()) <= *self.steady_span.get_mut() {
+            debug_assert!(self.steady_state_agrees(peak), "steady band out of date");
+            // SAFETY: everything handed out from the block is dead (`&mut self`), and with
+            // one block that is exactly `[start, ptr)`.
+            unsafe { poison::give_back(start, used) };
+            self.cursor.set_ptr(start);
+            *self.peak_since_reset.get_mut() = 0;
+            let high = self.high_watermark.get_mut();
+            *high = (*high).max(peak);
+            self.generation += 1;
+            return;
+        }
+        self.reset_slow();
+    }
+
+    /// `reset` outside the steady band: decide with the reset policy, carry the decision
+    /// out, then work out the new steady band.
+    #[cold]
+    #[inline(never)]
+    fn reset_slow(&mut self) {
+        // `&mut self`: plain accesses, no atomic read-modify-write.
+        let peak = std::mem::take(self.peak_since_reset.get_mut()).max(self.cursor.position());
+        let high = self.high_watermark.get_mut();
+        *high = (*high).max(peak);
+        self.generation += 1;
+        self.tags.get_mut().clear();
+        let chain = self.chain.get_mut();
+        let single = chain.is_single_pool_block();
+        let kept = if single {
+            self.cursor.window_len()
+        } else if chain.block_count() == 0 {
+            return;
+        } else {
+            chain.largest_pool_block().1
+        };
+        let (decision, quiet) = policy::decide(kept, peak, self.quiet, &self.config);
+        self.quiet = quiet;
+        if single && decision == Decision::Keep {
+            let start = self.cursor.start();
+            // SAFETY: everything handed out from the block is dead (`&mut self`).
+            unsafe { poison::give_back(start, self.cursor.used_here()) };
+            self.cursor.set_ptr(start);
+        } else if chain.reset(self.pool, &self.cursor, decision) {
+            self.quiet = Quiet::default();
+        }
+        self.enter_steady_state();
+    }
+
+    /// Works out the steady band after a full reset (see `steady_lo`).
+    fn enter_steady_state(&mut self) {
+        let steady = self.chain.get_mut().is_single_pool_block()
+            && self.quiet == Quiet::default()
+            && self.tags.get_mut().is_empty();
+        let (lo, span) = if steady {
+            match policy::keep_band(self.cursor.window_len(), &self.config) {
+                Some((lo, hi)) => (lo, hi - lo),
+                None => NO_BAND,
+            }
+        } else {
+            NO_BAND
+        };
+        *self.steady_lo.get_mut() = lo;
+        *self.steady_span.get_mut() = span;
+    }
+
+    /// Empties the steady band: a block or a tag came in, so the next reset decides in full.
+    pub(super) fn leave_steady_state(&self) {
+        self.steady_lo.store(NO_BAND.0, Relaxed);
+        self.steady_span.store(NO_BAND.1, Relaxed);
+    }
+
+    /// Whether the fast reset's shortcut is what the reset policy would do (debug check).
+    fn steady_state_agrees(&mut self, peak: usize) -> bool {
+        let window = self.cursor.window_len();
+        self.chain.get_mut().is_single_pool_block()
+            && self.cursor.base() == 0
+            && self.quiet == Quiet::default()
+            && self.tags.get_mut().is_empty()
+            && policy::decide(window, peak, self.quiet, &self.config)
+                == (Decision::Keep, Quiet::default())
+    }
+
+    /// Gives the cached spare blocks (those after the current one) back to the pool.
+    /// O(spares).
+    ///
+    /// ```
+    /// use nebula_memory::Arena;
+    /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_val(1u8);
+    /// arena.scope(|a| { a.alloc_slice(200_000, 0u8); }); // needs a second block
+    /// assert_eq!(arena.block_count(), 2);
+    /// arena.trim_spares();
+    /// assert_eq!(arena.block_count(), 1);
+    /// ```
+    pub fn trim_spares(&mut self) {
+        self.chain.get_mut().trim_spares(self.pool);
+    }
+}
