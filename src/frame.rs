@@ -6,7 +6,7 @@
 //! arena of the crate. Its window starts 16-aligned (block data is); alignments of any size
 //! are honoured by aligning the address, with the padding counted in `bytes_used`.
 //!
-//! The per-thread frame arena built on it is in [`crate::thread_arena`].
+//! The per-thread frame arena built on it is in `crate::per_thread` ([`thread_arena_alloc`](crate::thread_arena_alloc)).
 
 use std::alloc::Layout;
 use std::cell::Cell;

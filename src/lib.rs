@@ -70,28 +70,29 @@ mod arena;
 #[cfg(feature = "bevy")]
 pub mod bevy;
 mod block;
-mod double;
 mod error;
 mod frame;
 mod global;
 mod interface;
+mod per_thread;
 pub mod poison;
 mod pool;
-mod scratch;
 mod shared;
-mod thread_arena;
 mod vm;
 
 pub use arena::{ArenaConfig, ArenaScope, ArenaStats, Checkpoint, MemoryArena, heap_fallbacks};
-pub use double::{DoubleBufferedArena, FrameHandle};
+
 pub use frame::{FrameArena, FrameArenaStats};
 pub use interface::{Arena, ArenaBox};
-pub use scratch::with_scratch;
-pub use shared::{GameArena, GameArenaGuard, SharedArena, engine_arena, game_arena};
-pub use thread_arena::{
+pub use per_thread::with_scratch;
+pub use per_thread::{
     DEFAULT_THREAD_ARENA_CAPACITY, ThreadArenasStats, all_thread_arenas_stats,
     end_thread_arena_frame, set_thread_arena_capacity, thread_arena_alloc, thread_arena_frame,
     thread_arena_reset, thread_arena_stats,
+};
+pub use shared::{
+    DoubleBufferedArena, FrameHandle, GameArena, GameArenaGuard, SharedArena, engine_arena,
+    game_arena,
 };
 
 pub use block::MemoryBlock;

@@ -14,7 +14,7 @@ use crate::arena::ArenaConfig;
 use crate::global::{
     GlobalPoolConfig, configure_global_pools, global_pool_config, maintain_global_pools,
 };
-use crate::thread_arena::{
+use crate::per_thread::{
     DEFAULT_THREAD_ARENA_CAPACITY, all_thread_arenas_stats, end_thread_arena_frame,
     set_thread_arena_capacity,
 };

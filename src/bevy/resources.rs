@@ -5,8 +5,8 @@ use std::ops::Deref;
 
 use bevy_ecs::prelude::*;
 
-use crate::double::DoubleBufferedArena;
 use crate::global::scratch_pool;
+use crate::shared::DoubleBufferedArena;
 use crate::shared::{GameArena, GameArenaGuard, SharedArena, engine_arena, game_arena};
 
 /// The engine's shared arena ([`engine_arena`]) as a resource: allocate from any system,

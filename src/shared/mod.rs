@@ -28,6 +28,7 @@
 //! [`engine_arena`] and [`game_arena`] are the process-wide shared arenas for engine- and
 //! level-lifetime data.
 
+mod double;
 mod level;
 
 use std::alloc::Layout;
@@ -44,6 +45,7 @@ use crate::error::AllocError;
 use crate::interface::Arena;
 use crate::pool::MemoryPool;
 
+pub use double::{DoubleBufferedArena, FrameHandle};
 pub use level::{GameArena, GameArenaGuard, engine_arena, game_arena};
 
 /// One thread's part of a shared arena, on cache lines of its own (slots of one

@@ -23,11 +23,11 @@ use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::SharedArena;
 use crate::arena::ArenaConfig;
 use crate::error::AllocError;
 use crate::interface::Arena;
 use crate::pool::MemoryPool;
-use crate::shared::SharedArena;
 
 /// Source of buffer stamps: every buffer incarnation in the process gets a new one.
 static NEXT_STAMP: AtomicU64 = AtomicU64::new(1);

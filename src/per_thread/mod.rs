@@ -1,0 +1,15 @@
+//! The arenas the crate keeps on each thread's behalf: the nestable scratch stack behind
+//! [`with_scratch`], and the classic per-thread frame arena behind [`thread_arena_alloc`].
+//!
+//! Both live in thread-locals and are used only by their own thread: no other thread ever
+//! writes them (see each module for how frame ends and statistics reach them anyway).
+
+mod scratch;
+mod thread_arena;
+
+pub use scratch::with_scratch;
+pub use thread_arena::{
+    DEFAULT_THREAD_ARENA_CAPACITY, ThreadArenasStats, all_thread_arenas_stats,
+    end_thread_arena_frame, set_thread_arena_capacity, thread_arena_alloc, thread_arena_frame,
+    thread_arena_reset, thread_arena_stats,
+};
