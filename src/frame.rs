@@ -15,8 +15,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 
+use crate::arena::chain::{Chain, Reports};
 use crate::arena::cursor::Cursor;
-use crate::block::MemoryBlock;
 use crate::error::{AllocError, PoolError};
 use crate::global::scratch_pool;
 use crate::interface::Arena;
@@ -41,16 +41,14 @@ use crate::pool::MemoryPool;
 /// ```
 pub struct FrameArena {
     cursor: Cursor,
-    block: NonNull<MemoryBlock>,
+    /// One block, taken and given back through the chain like every arena's.
+    chain: Chain,
     capacity: usize,
     high_watermark: AtomicUsize,
     pool: &'static MemoryPool,
     /// Bumping is not atomic: one thread at a time.
     _not_sync: PhantomData<Cell<()>>,
 }
-
-// SAFETY: the arena exclusively owns its block; the pool it returns it to is `Sync`.
-unsafe impl Send for FrameArena {}
 
 impl FrameArena {
     /// An arena of exactly `capacity` usable bytes, backed by a block of the scratch pool.
@@ -83,17 +81,15 @@ impl FrameArena {
     /// assert_eq!(arena.bytes_remaining(), 4096);
     /// ```
     pub fn try_new_in(pool: &'static MemoryPool, capacity: usize) -> Result<Self, PoolError> {
-        let block = pool.allocate_block(capacity)?;
-        let start = MemoryBlock::data_of(block).as_ptr();
-        // SAFETY: the block's usable bytes hold at least `capacity` bytes.
-        let end = unsafe { start.add(capacity) };
         let cursor = Cursor::empty();
-        cursor.enter(start, end, 0);
-        // SAFETY: the window is inside our block; nothing of it is handed out yet.
-        unsafe { poison::hide(start, capacity) };
+        let mut chain = Chain::new();
+        let mut reports = Reports::default();
+        let taken = chain.take_fixed(pool, &cursor, capacity, &mut reports);
+        reports.emit(pool);
+        taken?;
         Ok(FrameArena {
             cursor,
-            block,
+            chain,
             capacity,
             high_watermark: AtomicUsize::new(0),
             pool,
@@ -272,8 +268,7 @@ impl Arena for FrameArena {
 
 impl Drop for FrameArena {
     fn drop(&mut self) {
-        // SAFETY: the block came from `self.pool` and dies with the arena.
-        unsafe { self.pool.free_block(self.block) }
+        self.chain.release_all(self.pool, &self.cursor);
     }
 }
 
@@ -306,6 +301,10 @@ pub struct FrameArenaStats {
     pub high_watermark: usize,
     /// Usable bytes.
     pub capacity: usize,
+    /// Blocks taken from the pool, ever (1 for a `FrameArena`).
+    pub blocks_taken: u64,
+    /// Blocks given back to the pool, ever (0 while the arena lives).
+    pub blocks_returned: u64,
 }
 
 impl FrameArena {
@@ -320,6 +319,8 @@ impl FrameArena {
             bytes_used: self.bytes_used(),
             high_watermark: self.high_watermark(),
             capacity: self.capacity,
+            blocks_taken: self.chain.figures().blocks_taken,
+            blocks_returned: self.chain.figures().blocks_returned,
         }
     }
 }

@@ -84,6 +84,25 @@ pub(crate) struct Chain {
     bytes_held: usize,
     /// Blocks taken from the system heap (`heap_fallback`), never kept by reset.
     heap_blocks: usize,
+    /// Pool blocks taken and given back, ever.
+    blocks_taken: u64,
+    blocks_returned: u64,
+}
+
+/// How `Chain::take_block` asks the pool.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ask {
+    /// A size with a fallback: a refusal is not an exhaustion.
+    Tentatively,
+    /// The size needed: a refusal is an exhaustion (counted now, reported later).
+    ForReal,
+}
+
+/// Pool operations of one arena, ever: blocks taken from and given back to its pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ChainFigures {
+    pub(crate) blocks_taken: u64,
+    pub(crate) blocks_returned: u64,
 }
 
 // SAFETY: the chain exclusively owns its blocks (raw pointers into its pool, which is
@@ -126,6 +145,16 @@ impl Chain {
             block_count: 0,
             bytes_held: 0,
             heap_blocks: 0,
+            blocks_taken: 0,
+            blocks_returned: 0,
+        }
+    }
+
+    /// Pool blocks taken and given back so far.
+    pub(crate) fn figures(&self) -> ChainFigures {
+        ChainFigures {
+            blocks_taken: self.blocks_taken,
+            blocks_returned: self.blocks_returned,
         }
     }
 
@@ -229,31 +258,82 @@ impl Chain {
         // block that fits the request alone, and only that request's refusal is a real
         // exhaustion (counted by the pool now, reported by the arena after the lock).
         let block = if size > needed {
-            pool.allocate_block_quietly(size)
-                .or_else(|_| pool.allocate_block_unreported(needed))
+            self.take_block(pool, size, Ask::Tentatively)
+                .or_else(|_| self.take_block(pool, needed, Ask::ForReal))
         } else {
-            pool.allocate_block_unreported(needed)
+            self.take_block(pool, needed, Ask::ForReal)
         };
-        let block = match block {
-            Ok(b) => b,
+        match block {
+            Ok(b) => Ok(b),
             Err(e) => {
+                if matches!(e, crate::error::PoolError::Exhausted { .. }) {
+                    reports.exhausted = Some(e.clone());
+                }
                 let heap = if config.heap_fallback {
                     self.take_from_heap(needed)
                 } else {
                     None
                 };
-                if matches!(e, crate::error::PoolError::Exhausted { .. }) {
-                    reports.exhausted = Some(e.clone());
-                }
                 match heap {
                     Some(block) => {
                         reports.heap_fallback = Some((needed, e));
-                        block
+                        Ok(block)
                     }
-                    None => return Err(AllocError::Pool(e)),
+                    None => Err(AllocError::Pool(e)),
                 }
             }
-        };
+        }
+    }
+
+    /// Makes this empty chain one block whose window (the cursor's) is exactly `usable`
+    /// bytes: a fixed-capacity arena. A refusal is recorded in `reports` for the caller to
+    /// emit once it can run user code.
+    pub(crate) fn take_fixed(
+        &mut self,
+        pool: &MemoryPool,
+        cursor: &Cursor,
+        usable: usize,
+        reports: &mut Reports,
+    ) -> Result<(), crate::error::PoolError> {
+        debug_assert!(
+            self.first.is_null(),
+            "take_fixed on a chain that holds blocks"
+        );
+        let block = self
+            .take_block(pool, usable, Ask::ForReal)
+            .inspect_err(|e| {
+                if matches!(e, crate::error::PoolError::Exhausted { .. }) {
+                    reports.exhausted = Some(e.clone());
+                }
+            })?;
+        self.first = block;
+        self.enter(cursor, block);
+        // The block holds at least `usable` bytes: narrow the window to exactly that.
+        let start = cursor.start();
+        cursor.enter(start, start.wrapping_add(usable), 0);
+        Ok(())
+    }
+
+    /// Takes a block with at least `usable` bytes from the pool: with
+    /// [`Chain::release`], the one place where a pool block comes to or leaves an arena
+    /// (what [`ChainFigures`] counts, and where a profiler hook belongs). The block is
+    /// unlinked and empty; the caller links it.
+    pub(crate) fn take_block(
+        &mut self,
+        pool: &MemoryPool,
+        usable: usize,
+        ask: Ask,
+    ) -> Result<*mut MemoryBlock, crate::error::PoolError> {
+        let block = match ask {
+            Ask::Tentatively => pool.allocate_block_quietly(usable),
+            Ask::ForReal => pool.allocate_block_unreported(usable),
+        }?;
+        self.blocks_taken += 1;
+        Ok(self.adopt(block))
+    }
+
+    /// Bookkeeping for a fresh block we now own (from the pool or the heap).
+    fn adopt(&mut self, block: NonNull<MemoryBlock>) -> *mut MemoryBlock {
         // SAFETY: a fresh block we own.
         unsafe {
             let b = block.as_ptr();
@@ -262,17 +342,17 @@ impl Chain {
             self.bytes_held += (*b).size;
         }
         self.block_count += 1;
-        Ok(block.as_ptr())
+        block.as_ptr()
     }
 
     /// `heap_fallback`: the pool refused; take the block from the system heap (`None` if
     /// the heap refuses too).
     #[cold]
-    fn take_from_heap(&mut self, needed: usize) -> Option<NonNull<MemoryBlock>> {
+    fn take_from_heap(&mut self, needed: usize) -> Option<*mut MemoryBlock> {
         let block = MemoryBlock::heap(needed)?;
         self.heap_blocks += 1;
         HEAP_FALLBACKS.fetch_add(1, Ordering::Relaxed);
-        Some(block)
+        Some(self.adopt(block))
     }
 
     /// Gives one block back to where it came from (its pool, or the heap). The one place
@@ -290,6 +370,7 @@ impl Chain {
                 self.heap_blocks -= 1;
                 MemoryBlock::free_heap(nn(block));
             } else {
+                self.blocks_returned += 1;
                 pool.free_block(nn(block));
             }
         }
@@ -516,7 +597,7 @@ impl Chain {
         let mut keep = largest;
         let mut replaced = false;
         if let Decision::Replace(size) = decision {
-            let mut fresh = pool.allocate_block_quietly(size);
+            let mut fresh = self.take_block(pool, size, Ask::Tentatively);
             if fresh.is_err() && !keep.is_null() {
                 // Tight pool: the replacement may only fit once the largest is back too.
                 // If it still does not, take a block like the old one again (the range
@@ -526,22 +607,16 @@ impl Chain {
                 // SAFETY: as above.
                 unsafe { self.release(pool, keep) };
                 keep = ptr::null_mut();
-                fresh = pool
-                    .allocate_block_quietly(size)
-                    .or_else(|_| pool.allocate_block_quietly(old_capacity));
+                fresh = self
+                    .take_block(pool, size, Ask::Tentatively)
+                    .or_else(|_| self.take_block(pool, old_capacity, Ask::Tentatively));
             }
             if let Ok(block) = fresh {
                 if !keep.is_null() {
                     // SAFETY: as above.
                     unsafe { self.release(pool, keep) };
                 }
-                keep = block.as_ptr();
-                // SAFETY: a fresh block we now own.
-                unsafe {
-                    (*keep).next = ptr::null_mut();
-                    self.bytes_held += (*keep).size;
-                }
-                self.block_count += 1;
+                keep = block;
                 replaced = true;
             }
         }

@@ -23,7 +23,7 @@
 //! That lets [`SharedArena`](crate::SharedArena) be one `MemoryArena` per thread whose
 //! statistics any thread may read.
 
-mod chain;
+pub(crate) mod chain;
 mod config;
 pub(crate) mod cursor;
 mod policy;

@@ -32,6 +32,10 @@ pub struct ArenaStats {
     pub bytes_held: usize,
     /// Resets so far.
     pub generation: u64,
+    /// Blocks taken from the pool, ever (each one `allocate_block`).
+    pub blocks_taken: u64,
+    /// Blocks given back to the pool, ever (each one `free_block`).
+    pub blocks_returned: u64,
     /// Bytes requested per tag since the last reset, in first-use order.
     pub tags: Vec<(&'static str, usize)>,
 }
@@ -175,9 +179,9 @@ impl<'pool> MemoryArena<'pool> {
     /// println!("{stats}");
     /// ```
     pub fn stats(&self) -> ArenaStats {
-        let (block_count, bytes_held) = {
+        let (block_count, bytes_held, ops) = {
             let chain = self.chain.lock();
-            (chain.block_count(), chain.bytes_held())
+            (chain.block_count(), chain.bytes_held(), chain.figures())
         };
         ArenaStats {
             pool: self.pool.name(),
@@ -186,6 +190,8 @@ impl<'pool> MemoryArena<'pool> {
             block_count,
             bytes_held,
             generation: self.generation,
+            blocks_taken: ops.blocks_taken,
+            blocks_returned: ops.blocks_returned,
             tags: self.tags.lock().clone(),
         }
     }

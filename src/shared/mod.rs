@@ -474,6 +474,8 @@ impl<'pool> SharedArena<'pool> {
             block_count: 0,
             bytes_held: 0,
             generation: self.generation,
+            blocks_taken: 0,
+            blocks_returned: 0,
             tags: Vec::new(),
         };
         self.fold_parts(&mut total, |total, part| {
@@ -482,6 +484,8 @@ impl<'pool> SharedArena<'pool> {
             total.high_watermark += s.high_watermark;
             total.block_count += s.block_count;
             total.bytes_held += s.bytes_held;
+            total.blocks_taken += s.blocks_taken;
+            total.blocks_returned += s.blocks_returned;
             for (tag, n) in s.tags {
                 match total.tags.iter_mut().find(|(t, _)| *t == tag) {
                     Some((_, m)) => *m += n,
