@@ -338,3 +338,28 @@ fn shared_types_are_send_and_sync() {
     send_sync::<nebula_memory::FrameHandle<u64>>();
     send_sync::<nebula_memory::FrameHandle<[u32]>>();
 }
+
+/// `wait_and_reset` on a thread that holds a guard would wait for itself for ever: it
+/// panics at once instead, saying so, and works once the guard is gone.
+#[test]
+fn wait_and_reset_with_a_guard_of_ones_own_panics() {
+    let level = nebula_memory::game_arena();
+    let guard = level.read();
+    guard.alloc_val(1u32);
+    let msg = common::panic_message(|| level.wait_and_reset());
+    assert!(msg.contains("holds 1 of its guards"), "{msg}");
+    drop(guard);
+    level.wait_and_reset();
+    // Another thread's guard does not count here: that one is waited for.
+    let held = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let g = level.read();
+            held.wait();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            drop(g);
+        });
+        held.wait();
+        level.wait_and_reset();
+    });
+}

@@ -11,6 +11,8 @@
 //!   for the caller, at the cost of one uncontended lock acquisition per guard (not per
 //!   allocation).
 
+use std::cell::Cell;
+use std::marker::PhantomData;
 use std::ops::Deref;
 use std::sync::OnceLock;
 
@@ -75,15 +77,20 @@ impl GameArena {
     /// assert_eq!(*hp, 100);
     /// ```
     pub fn read(&self) -> GameArenaGuard<'_> {
+        let guard = self.arena.read();
+        GUARDS_HERE.set(GUARDS_HERE.get() + 1);
         GameArenaGuard {
-            guard: self.arena.read(),
+            guard,
+            _stays_on_its_thread: PhantomData,
         }
     }
 
     /// Frees everything allocated for the level (see [`SharedArena::reset`]). Waits until
-    /// no [`GameArenaGuard`] is left; a thread that calls it while holding a guard itself
-    /// deadlocks (use [`try_reset`](GameArena::try_reset) where that can happen).
-    /// O(threads + blocks).
+    /// no [`GameArenaGuard`] is left. O(threads + blocks).
+    ///
+    /// # Panics
+    /// At once, if the calling thread holds a guard itself: it would wait for itself for
+    /// ever. Drop the guard first, or use [`try_reset`](GameArena::try_reset).
     ///
     /// ```
     /// use nebula_memory::Arena;
@@ -92,7 +99,15 @@ impl GameArena {
     /// level.wait_and_reset();
     /// assert_eq!(level.read().bytes_used(), 0);
     /// ```
+    #[track_caller]
     pub fn wait_and_reset(&self) {
+        let mine = GUARDS_HERE.get();
+        if mine > 0 {
+            panic!(
+                "GameArena::wait_and_reset on a thread that holds {mine} of its guards: it \
+                 would wait for itself for ever; drop the guard first, or use try_reset"
+            );
+        }
         self.arena.write().reset();
     }
 
@@ -138,6 +153,20 @@ impl std::fmt::Debug for GameArena {
 /// borrows it. From [`GameArena::read`].
 pub struct GameArenaGuard<'a> {
     guard: RwLockReadGuard<'a, SharedArena<'static>>,
+    /// Counted in its thread's `GUARDS_HERE`, so it must be dropped there: not `Send`
+    /// (whatever the lock's own guard is), still `Sync` (threads may share it to allocate).
+    _stays_on_its_thread: PhantomData<std::sync::MutexGuard<'static, ()>>,
+}
+
+impl Drop for GameArenaGuard<'_> {
+    fn drop(&mut self) {
+        GUARDS_HERE.set(GUARDS_HERE.get() - 1);
+    }
+}
+
+thread_local! {
+    /// Game-arena guards alive on this thread (see `wait_and_reset`'s panic).
+    static GUARDS_HERE: Cell<usize> = const { Cell::new(0) };
 }
 
 impl Deref for GameArenaGuard<'_> {
