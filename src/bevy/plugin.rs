@@ -11,6 +11,7 @@ use super::stats::{
     FrameFigures, FrameMemoryStats, MemoryBudgets, publish_memory_diagnostics, register_diagnostics,
 };
 use crate::arena::ArenaConfig;
+use crate::error::PoolError;
 use crate::global::{
     GlobalPoolConfig, configure_global_pools, global_pool_config, maintain_global_pools,
 };
@@ -46,9 +47,11 @@ use crate::per_thread::{
 /// ```
 #[derive(Clone, Debug)]
 pub struct MemoryPlugin {
-    /// Sizes of the engine, game and scratch pools. Applied only if no global pool exists
-    /// yet when the plugin is built (a WARN event says so otherwise).
-    pub pools: GlobalPoolConfig,
+    /// Sizes of the engine, game and scratch pools, or `None` (the default) to keep the
+    /// sizes in force. Sizes are applied when the plugin is built, so the app must be
+    /// built before anything touches a global pool: if a pool already exists with another
+    /// size, building the plugin panics, naming the pool, the size in force and the fix.
+    pub pools: Option<GlobalPoolConfig>,
     /// Capacity of each thread's frame arena (`thread_arena_alloc`).
     pub thread_arena_capacity: usize,
     /// Block sizing and trimming of the scratch arenas behind `Scratch`.
@@ -65,7 +68,7 @@ pub struct MemoryPlugin {
 impl Default for MemoryPlugin {
     fn default() -> Self {
         MemoryPlugin {
-            pools: GlobalPoolConfig::default(),
+            pools: None,
             thread_arena_capacity: DEFAULT_THREAD_ARENA_CAPACITY,
             scratch: ArenaConfig::default(),
             budgets: MemoryBudgets::default(),
@@ -97,10 +100,8 @@ pub enum MemorySystems {
 
 impl Plugin for MemoryPlugin {
     fn build(&self, app: &mut App) {
-        if let Err(e) = configure_global_pools(self.pools)
-            && global_pool_config() != self.pools
-        {
-            tracing::warn!("MemoryPlugin: pool sizes not applied: {e}");
+        if let Some(pools) = self.pools {
+            apply_pool_sizes(pools);
         }
         set_thread_arena_capacity(self.thread_arena_capacity);
         if cfg!(debug_assertions) && self.quarantine_frames > 0 {
@@ -132,6 +133,34 @@ impl Plugin for MemoryPlugin {
                     .in_set(MemorySystems::Reset),
             );
         register_diagnostics(app);
+    }
+}
+
+/// Sets the global pools' sizes, or panics when a pool that exists already has another
+/// size: the app would otherwise run, silently, with pools of a size nobody asked for (a
+/// WARN event is invisible in a headless app without a subscriber).
+#[track_caller]
+fn apply_pool_sizes(pools: GlobalPoolConfig) {
+    match configure_global_pools(pools) {
+        Ok(()) => return,
+        Err(PoolError::AlreadyCreated { .. }) => {}
+        Err(e) => panic!("MemoryPlugin: {e}"),
+    }
+    let in_force = global_pool_config();
+    let sizes = [
+        ("engine", pools.engine, in_force.engine),
+        ("game", pools.game, in_force.game),
+        ("scratch", pools.scratch, in_force.scratch),
+    ];
+    for (name, asked, actual) in sizes {
+        if asked != actual {
+            panic!(
+                "MemoryPlugin: the {name} pool is already in use with {actual} bytes, so its \
+                 size cannot become {asked}: build the app (or call \
+                 nebula_memory::configure_global_pools) before anything touches a global pool, \
+                 or leave `pools` at None"
+            );
+        }
     }
 }
 
