@@ -319,3 +319,37 @@ fn a_failing_display_is_an_error_not_a_panic() {
     assert!(matches!(e, AllocError::Layout { pool: "fmt" }), "{e:?}");
     assert_eq!(arena.alloc_fmt(format_args!("{}", 12)), "12");
 }
+
+// ------------------------------------------------------------------ configs and pools
+
+/// A `first_block` set with the builder that the pool can never serve is refused where the
+/// config meets the pool, naming the field and both sizes (it was once quietly replaced by
+/// a block of the request's size: the user believed memory was reserved that was not).
+#[test]
+fn a_first_block_the_pool_can_never_serve_is_refused() {
+    let pool = MemoryPool::new("small_for_config", 64 * KIB).unwrap();
+    let most = 64 * KIB - 32;
+    for asked in [1 << 30, usize::MAX, most + 1] {
+        let config = nebula_memory::ArenaConfig::default().first_block(asked);
+        for msg in [
+            panic_message(|| drop(MemoryArena::with_config(&pool, config))),
+            panic_message(|| drop(nebula_memory::SharedArena::with_config(&pool, config))),
+        ] {
+            assert!(msg.contains("ArenaConfig::first_block"), "{msg}");
+            assert!(msg.contains(&asked.to_string()), "{msg}");
+            assert!(msg.contains(&most.to_string()), "{msg}");
+            assert!(msg.contains("small_for_config"), "{msg}");
+        }
+    }
+    // The largest possible block is fine, and so are the defaults (clamped to the pool).
+    let exact = MemoryArena::with_config(
+        &pool,
+        nebula_memory::ArenaConfig::default().first_block(most),
+    );
+    exact.alloc_val(1u8);
+    assert_eq!(exact.bytes_held(), 64 * KIB);
+    drop(exact);
+    let defaults = MemoryArena::new(&pool); // first block 64 KiB > what this pool holds
+    assert_eq!(defaults.alloc_slice(1000, 7u8).len(), 1000);
+    assert!(defaults.bytes_held() <= 64 * KIB);
+}

@@ -30,7 +30,10 @@ fn pool_sizes_that_cannot_apply_are_refused_at_build() {
     assert!(msg.contains("scratch pool"), "{msg}");
     assert!(msg.contains(&in_force.to_string()), "{msg}");
     assert!(msg.contains(&(2 * in_force).to_string()), "{msg}");
-    assert!(msg.contains("before anything touches a global pool"), "{msg}");
+    assert!(
+        msg.contains("before anything touches a global pool"),
+        "{msg}"
+    );
 
     // The default never panics, nor do sizes equal to those in force.
     build(MemoryPlugin::default()).unwrap();

@@ -253,7 +253,9 @@ impl Chain {
         let normal = self
             .bytes_held
             .clamp(smallest, config.max_block.max(smallest));
-        let size = round_block(normal.max(needed));
+        // Never more than the pool can ever hand out: a default sized for larger pools is
+        // clamped (a `first_block` set too large was refused when the arena was made).
+        let size = round_block(normal.max(needed)).min(pool.max_usable().max(needed));
         // Ask for the grown size without reporting a refusal: the pool may still hold a
         // block that fits the request alone, and only that request's refusal is a real
         // exhaustion (counted by the pool now, reported by the arena after the lock).

@@ -15,9 +15,11 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArenaConfig {
     /// Usable bytes of the first block (default 64 KiB), rounded up to 4 KiB. `0` means the
-    /// smallest block (4 KiB). A size the pool cannot serve is asked for, then the arena
-    /// settles for a block sized to the request (the pool's refusal of the larger size is
-    /// not an exhaustion).
+    /// smallest block (4 KiB). Set with [`ArenaConfig::first_block`], a size larger than the
+    /// pool's largest possible block is refused when an arena is created on that pool (a
+    /// panic naming the field and both sizes). The default is clamped instead: on a pool
+    /// too small for it, the arena asks for it, then settles for a block sized to the
+    /// request (that refusal is not counted as an exhaustion).
     pub first_block: usize,
     /// Largest block that normal growth asks for (default 16 MiB). Each new block is at
     /// least the sum of the blocks held so far, up to this cap; a single request larger
@@ -31,6 +33,9 @@ pub struct ArenaConfig {
     /// When the pool is exhausted, take the block from the system heap instead of failing
     /// (a WARN event reports it; the block is freed by the next reset). Default `false`.
     pub heap_fallback: bool,
+    /// `first_block` was set with the builder (so a size the pool cannot serve is a mistake
+    /// to refuse, not a default to clamp).
+    first_block_set: bool,
 }
 
 impl ArenaConfig {
@@ -41,7 +46,24 @@ impl ArenaConfig {
     /// ```
     pub fn first_block(mut self, bytes: usize) -> Self {
         self.first_block = bytes;
+        self.first_block_set = true;
         self
+    }
+
+    /// Refuses, with a panic naming the field and both sizes, a `first_block` set with the
+    /// builder that `pool` can never serve (see
+    /// [`first_block`](ArenaConfig#structfield.first_block)).
+    #[track_caller]
+    pub(crate) fn check_against(&self, pool: &crate::MemoryPool) {
+        let most = pool.max_usable();
+        if self.first_block_set && self.first_block > most {
+            panic!(
+                "ArenaConfig::first_block is {} bytes, but pool '{}' can never hand out a block \
+                 of more than {most} usable bytes: ask for at most that, or use a larger pool",
+                self.first_block,
+                pool.name()
+            );
+        }
     }
 
     /// Sets [`max_block`](ArenaConfig#structfield.max_block). O(1).
@@ -82,6 +104,7 @@ impl Default for ArenaConfig {
             max_block: 16 << 20,
             trim_after_resets: 120,
             heap_fallback: false,
+            first_block_set: false,
         }
     }
 }

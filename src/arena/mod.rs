@@ -151,13 +151,19 @@ impl<'pool> MemoryArena<'pool> {
 
     /// An empty arena with explicit sizing and trimming rules. O(1).
     ///
+    /// # Panics
+    /// If `config`'s `first_block` was set (with the builder) larger than any block `pool`
+    /// can hand out; the message names the field and both sizes.
+    ///
     /// ```
     /// use nebula_memory::{ArenaConfig, MemoryArena};
     /// let config = ArenaConfig::default().heap_fallback(true);
     /// let arena = MemoryArena::with_config(nebula_memory::scratch_pool(), config);
     /// assert_eq!(arena.config().heap_fallback, true);
     /// ```
+    #[track_caller]
     pub fn with_config(pool: &'pool MemoryPool, config: ArenaConfig) -> Self {
+        config.check_against(pool);
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         MemoryArena {
             cursor: Cursor::empty(),

@@ -117,7 +117,9 @@ impl ScratchArenas {
     /// use nebula_memory::{ArenaConfig, bevy::ScratchArenas};
     /// let arenas = ScratchArenas::with_config(ArenaConfig::default().first_block(16 * 1024));
     /// ```
+    #[track_caller]
     pub fn with_config(config: ArenaConfig) -> Self {
+        config.check_against(scratch_pool());
         ScratchArenas {
             threads: ThreadLocal::new(),
             config,

@@ -409,6 +409,12 @@ impl MemoryPool {
         ((after as usize) < region_end).then_some(after.cast())
     }
 
+    /// The most usable bytes one block of this pool can ever have (the whole region but a
+    /// header). O(1).
+    pub(crate) fn max_usable(&self) -> usize {
+        self.region.len() - HEADER
+    }
+
     /// Whether `ptr` points into this pool's region. O(1).
     ///
     /// ```

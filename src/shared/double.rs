@@ -80,6 +80,7 @@ impl<'pool> DoubleBufferedArena<'pool> {
     /// let frames = DoubleBufferedArena::with_config(nebula_memory::scratch_pool(), config);
     /// assert_eq!(frames.current().config().first_block, 16 * 1024);
     /// ```
+    #[track_caller]
     pub fn with_config(pool: &'pool MemoryPool, config: ArenaConfig) -> Self {
         DoubleBufferedArena {
             buffers: [

@@ -190,7 +190,9 @@ impl<'pool> SharedArena<'pool> {
     /// arena.alloc_val(1u8);
     /// assert!(arena.bytes_held() < 64 * 1024);
     /// ```
+    #[track_caller]
     pub fn with_config(pool: &'pool MemoryPool, config: ArenaConfig) -> Self {
+        config.check_against(pool);
         SharedArena {
             slots: ThreadLocal::new(),
             late: Mutex::new(Vec::new()),
