@@ -63,11 +63,14 @@ impl Reports {
         }
         if let Some((bytes, cause)) = self.heap_fallback {
             let name = pool.name();
+            let so_far = heap_fallbacks();
             tracing::warn!(
                 pool = name,
                 bytes,
+                heap_fallbacks = so_far,
                 "pool '{name}' refused ({cause}); arena falls back to the system heap for \
-                 {bytes} bytes"
+                 {bytes} bytes ({so_far} heap blocks so far in this process; this arena's \
+                 further fallbacks are not reported until its pool serves it again)"
             );
         }
     }
@@ -87,6 +90,11 @@ pub(crate) struct Chain {
     /// Pool blocks taken and given back, ever.
     blocks_taken: u64,
     blocks_returned: u64,
+    /// Heap blocks taken since the pool last served this arena (0: not in an exhaustion
+    /// episode); only the first of an episode is reported.
+    heap_episode: u64,
+    /// Heap blocks taken, ever.
+    heap_taken: u64,
 }
 
 /// How `Chain::take_block` asks the pool.
@@ -103,6 +111,7 @@ pub(crate) enum Ask {
 pub(crate) struct ChainFigures {
     pub(crate) blocks_taken: u64,
     pub(crate) blocks_returned: u64,
+    pub(crate) heap_blocks_taken: u64,
 }
 
 // SAFETY: the chain exclusively owns its blocks (raw pointers into its pool, which is
@@ -147,6 +156,8 @@ impl Chain {
             heap_blocks: 0,
             blocks_taken: 0,
             blocks_returned: 0,
+            heap_episode: 0,
+            heap_taken: 0,
         }
     }
 
@@ -155,6 +166,7 @@ impl Chain {
         ChainFigures {
             blocks_taken: self.blocks_taken,
             blocks_returned: self.blocks_returned,
+            heap_blocks_taken: self.heap_taken,
         }
     }
 
@@ -255,7 +267,8 @@ impl Chain {
             .clamp(smallest, config.max_block.max(smallest));
         // Never more than the pool can ever hand out: a default sized for larger pools is
         // clamped (a `first_block` set too large was refused when the arena was made).
-        let size = round_block(normal.max(needed)).min(pool.max_usable().max(needed));
+        let grown = round_block(normal.max(needed));
+        let size = grown.min(pool.max_usable().max(needed));
         // Ask for the grown size without reporting a refusal: the pool may still hold a
         // block that fits the request alone, and only that request's refusal is a real
         // exhaustion (counted by the pool now, reported by the arena after the lock).
@@ -265,26 +278,37 @@ impl Chain {
         } else {
             self.take_block(pool, needed, Ask::ForReal)
         };
-        match block {
-            Ok(b) => Ok(b),
-            Err(e) => {
-                if matches!(e, crate::error::PoolError::Exhausted { .. }) {
-                    reports.exhausted = Some(e.clone());
-                }
-                let heap = if config.heap_fallback {
-                    self.take_from_heap(needed)
-                } else {
-                    None
-                };
-                match heap {
-                    Some(block) => {
-                        reports.heap_fallback = Some((needed, e));
-                        Ok(block)
-                    }
-                    None => Err(AllocError::Pool(e)),
-                }
+        let e = match block {
+            Ok(b) => {
+                self.heap_episode = 0;
+                return Ok(b);
             }
+            Err(e) => e,
+        };
+        let exhausted = matches!(e, crate::error::PoolError::Exhausted { .. });
+        // Heap blocks grow like pool blocks (the growth rule's size, without the pool's
+        // clamp), so a long exhaustion costs a few heap blocks, not one per request.
+        let heap = if config.heap_fallback {
+            self.take_from_heap(grown)
+        } else {
+            None
+        };
+        let Some(block) = heap else {
+            if exhausted {
+                reports.exhausted = Some(e.clone());
+            }
+            return Err(AllocError::Pool(e));
+        };
+        // One report per exhaustion episode (until the pool serves this arena again), with
+        // the count so far, not one per heap block.
+        self.heap_episode += 1;
+        if self.heap_episode == 1 {
+            if exhausted {
+                reports.exhausted = Some(e.clone());
+            }
+            reports.heap_fallback = Some((needed, e));
         }
+        Ok(block)
     }
 
     /// Makes this empty chain one block whose window (the cursor's) is exactly `usable`
@@ -353,6 +377,7 @@ impl Chain {
     fn take_from_heap(&mut self, needed: usize) -> Option<*mut MemoryBlock> {
         let block = MemoryBlock::heap(needed)?;
         self.heap_blocks += 1;
+        self.heap_taken += 1;
         HEAP_FALLBACKS.fetch_add(1, Ordering::Relaxed);
         Some(self.adopt(block))
     }

@@ -36,6 +36,9 @@ pub struct ArenaStats {
     pub blocks_taken: u64,
     /// Blocks given back to the pool, ever (each one `free_block`).
     pub blocks_returned: u64,
+    /// Blocks taken from the system heap because the pool was exhausted (`heap_fallback`),
+    /// ever.
+    pub heap_blocks_taken: u64,
     /// Bytes requested per tag since the last reset, in first-use order.
     pub tags: Vec<(&'static str, usize)>,
 }
@@ -192,6 +195,7 @@ impl<'pool> MemoryArena<'pool> {
             generation: self.generation,
             blocks_taken: ops.blocks_taken,
             blocks_returned: ops.blocks_returned,
+            heap_blocks_taken: ops.heap_blocks_taken,
             tags: self.tags.lock().clone(),
         }
     }

@@ -478,6 +478,7 @@ impl<'pool> SharedArena<'pool> {
             generation: self.generation,
             blocks_taken: 0,
             blocks_returned: 0,
+            heap_blocks_taken: 0,
             tags: Vec::new(),
         };
         self.fold_parts(&mut total, |total, part| {
@@ -488,6 +489,7 @@ impl<'pool> SharedArena<'pool> {
             total.bytes_held += s.bytes_held;
             total.blocks_taken += s.blocks_taken;
             total.blocks_returned += s.blocks_returned;
+            total.heap_blocks_taken += s.heap_blocks_taken;
             for (tag, n) in s.tags {
                 match total.tags.iter_mut().find(|(t, _)| *t == tag) {
                     Some((_, m)) => *m += n,
