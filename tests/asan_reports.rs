@@ -11,6 +11,7 @@ use std::alloc::Layout;
 use std::hint::black_box;
 use std::process::Command;
 
+use nebula_memory::Arena;
 use nebula_memory::{FrameArena, MemoryArena, MemoryPool, with_scratch};
 
 const CASE_VAR: &str = "NEBULA_ASAN_CASE";
