@@ -10,6 +10,15 @@ use nebula_memory::{
     game_arena, with_scratch,
 };
 
+/// A pool that lives for the process (a `FrameArena` takes `&'static`), one per name,
+/// kept reachable in a static so leak checkers do not count it.
+fn static_pool(name: &'static str) -> &'static MemoryPool {
+    static POOLS: std::sync::Mutex<Vec<&'static MemoryPool>> = std::sync::Mutex::new(Vec::new());
+    let pool: &'static MemoryPool = Box::leak(Box::new(MemoryPool::new(name, 4 << 20).unwrap()));
+    POOLS.lock().unwrap().push(pool);
+    pool
+}
+
 /// Uses every typed helper once and checks what comes back; returns a checksum.
 fn fill<A: Arena + ?Sized>(a: &A) -> u64 {
     let v = a.alloc_val(7u64);
@@ -62,8 +71,7 @@ fn overflow<A: Arena + ?Sized>(a: &A) -> (AllocError, String) {
 #[test]
 fn every_arena_kind_runs_the_same_generic_code() {
     let pool = MemoryPool::new("trait", 16 << 20).unwrap();
-    let static_pool: &'static MemoryPool =
-        Box::leak(Box::new(MemoryPool::new("trait_static", 4 << 20).unwrap()));
+    let static_pool = static_pool("trait_static");
 
     let arena = MemoryArena::new(&pool);
     assert_eq!(fill(&arena), SUM);
@@ -96,9 +104,7 @@ fn one_error_rule_for_every_kind() {
     let pool = MemoryPool::new("trait_errors", 1 << 20).unwrap();
     let arena = MemoryArena::new(&pool);
     let shared = SharedArena::new(&pool);
-    let static_pool: &'static MemoryPool = Box::leak(Box::new(
-        MemoryPool::new("trait_errors_static", 1 << 20).unwrap(),
-    ));
+    let static_pool = static_pool("trait_errors_static");
     let frame = FrameArena::try_new_in(static_pool, 1024).unwrap();
     for (e, msg) in [overflow(&arena), overflow(&shared), overflow(&frame)] {
         assert!(matches!(e, AllocError::Layout { .. }), "{e:?}");

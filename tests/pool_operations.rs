@@ -102,8 +102,9 @@ fn double_buffered_arena() {
 
 #[test]
 fn frame_arena() {
+    static POOL: std::sync::OnceLock<MemoryPool> = std::sync::OnceLock::new();
     let pool: &'static MemoryPool =
-        Box::leak(Box::new(MemoryPool::new("ops_frame", 4 << 20).unwrap()));
+        POOL.get_or_init(|| MemoryPool::new("ops_frame", 4 << 20).unwrap());
     for capacity in [1, 100, 64 * KIB, 1 << 20] {
         let arena = FrameArena::try_new_in(pool, capacity).unwrap();
         assert_eq!(
