@@ -203,6 +203,7 @@ pub fn reset_frame_arenas_system(world: &mut World) {
             FrameFigures {
                 scratch_bytes: scratch.peak_bytes,
                 scratch_arenas: scratch.arenas,
+                scratch_bytes_held: scratch.bytes_held,
                 frame_bytes,
                 thread_arena_bytes: threads.bytes_used,
                 thread_arenas: threads.threads,

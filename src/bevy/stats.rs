@@ -56,6 +56,9 @@ pub struct FrameMemoryStats {
     pub scratch_high_watermark: usize,
     /// Scratch arenas in all threads (one per thread and nesting depth reached).
     pub scratch_arenas: usize,
+    /// Bytes of scratch-pool blocks the scratch arenas hold after the frame's reset: this
+    /// app's share of the scratch pool, flat in a steady state.
+    pub scratch_bytes_held: usize,
     /// Bytes stored in the double-buffered frame memory this frame.
     pub frame_bytes: usize,
     /// The largest `frame_bytes` of any frame.
@@ -114,6 +117,7 @@ impl std::fmt::Display for FrameMemoryStats {
 pub(crate) struct FrameFigures {
     pub(crate) scratch_bytes: usize,
     pub(crate) scratch_arenas: usize,
+    pub(crate) scratch_bytes_held: usize,
     pub(crate) frame_bytes: usize,
     pub(crate) thread_arena_bytes: usize,
     pub(crate) thread_arenas: usize,
@@ -127,6 +131,7 @@ impl FrameMemoryStats {
         self.scratch_bytes = figures.scratch_bytes;
         self.scratch_high_watermark = self.scratch_high_watermark.max(figures.scratch_bytes);
         self.scratch_arenas = figures.scratch_arenas;
+        self.scratch_bytes_held = figures.scratch_bytes_held;
         self.frame_bytes = figures.frame_bytes;
         self.frame_high_watermark = self.frame_high_watermark.max(figures.frame_bytes);
         self.thread_arena_bytes = figures.thread_arena_bytes;
