@@ -7,28 +7,6 @@ use nebula_memory::{Arena, ArenaConfig, MemoryArena, MemoryPool};
 mod common;
 use common::KIB;
 
-/// Counts WARN events on the thread it is installed on.
-#[derive(Clone, Default)]
-struct WarnCount(std::sync::Arc<std::sync::atomic::AtomicUsize>);
-
-impl tracing::Subscriber for WarnCount {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        if *event.metadata().level() == tracing::Level::WARN {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 /// After the pool is exhausted, 5,000 allocations of 1 KiB once made about 4,000 heap
 /// blocks, each with its own `malloc` and its own WARN events. Heap blocks now grow like
 /// pool blocks, and the episode is reported once.
@@ -41,9 +19,15 @@ fn a_long_exhaustion_takes_few_heap_blocks_and_warns_once() {
     let arena = MemoryArena::with_config(&pool, config);
     arena.alloc_val(1u8);
     let hog = pool.allocate_block(pool.stats().largest_free).unwrap();
-    let warns = WarnCount::default();
+    let warns = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&warns);
+    let count_warns = common::OnEvent(move |event: &tracing::Event<'_>| {
+        if *event.metadata().level() == tracing::Level::WARN {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
     let n = if cfg!(miri) { 500 } else { 5_000 };
-    tracing::subscriber::with_default(warns.clone(), || {
+    tracing::subscriber::with_default(count_warns, || {
         for i in 0..n {
             let s = arena.alloc_slice(KIB, i as u8);
             assert_eq!(s[KIB - 1], i as u8);
@@ -56,7 +40,7 @@ fn a_long_exhaustion_takes_few_heap_blocks_and_warns_once() {
         s.heap_blocks_taken
     );
     assert_eq!(
-        warns.0.load(std::sync::atomic::Ordering::Relaxed),
+        warns.load(std::sync::atomic::Ordering::Relaxed),
         2,
         "one exhaustion WARN and one heap-fallback WARN for the whole episode"
     );

@@ -16,6 +16,23 @@ fn pool_ops(pool: &MemoryPool) -> (u64, u64) {
     (s.allocations, s.frees)
 }
 
+/// The arena's counts are exactly its (private) pool's.
+#[track_caller]
+fn assert_counts(pool: &MemoryPool, s: &nebula_memory::ArenaStats, when: usize) {
+    assert_eq!(
+        pool_ops(pool),
+        (s.blocks_taken, s.blocks_returned),
+        "frame {when}"
+    );
+}
+
+/// The growing, resetting and trimming arena of the tests below.
+fn config() -> ArenaConfig {
+    ArenaConfig::default()
+        .first_block(16 * KIB)
+        .trim_after_resets(3)
+}
+
 /// A frame pattern that grows over several blocks, resets, spikes, trims.
 fn frames<A: Arena + ?Sized>(arena: &A, frame: usize) {
     let n = if frame % 7 == 3 { 40_000 } else { 2_000 };
@@ -27,18 +44,10 @@ fn frames<A: Arena + ?Sized>(arena: &A, frame: usize) {
 #[test]
 fn memory_arena() {
     let pool = MemoryPool::new("ops_memory", 64 << 20).unwrap();
-    let config = ArenaConfig::default()
-        .first_block(16 * KIB)
-        .trim_after_resets(3);
-    let mut arena = MemoryArena::with_config(&pool, config);
+    let mut arena = MemoryArena::with_config(&pool, config());
     for frame in 0..30 {
         frames(&arena, frame);
-        let s = arena.stats();
-        assert_eq!(
-            pool_ops(&pool),
-            (s.blocks_taken, s.blocks_returned),
-            "frame {frame}"
-        );
+        assert_counts(&pool, &arena.stats(), frame);
         arena.reset();
     }
     arena.trim_spares();
@@ -52,22 +61,14 @@ fn memory_arena() {
 #[test]
 fn shared_arena_on_several_threads() {
     let pool = MemoryPool::new("ops_shared", 64 << 20).unwrap();
-    let config = ArenaConfig::default()
-        .first_block(16 * KIB)
-        .trim_after_resets(3);
-    let mut arena = SharedArena::with_config(&pool, config);
+    let mut arena = SharedArena::with_config(&pool, config());
     for frame in 0..10 {
         std::thread::scope(|s| {
             for _ in 0..3 {
                 s.spawn(|| frames(&arena, frame));
             }
         });
-        let s = arena.stats();
-        assert_eq!(
-            pool_ops(&pool),
-            (s.blocks_taken, s.blocks_returned),
-            "frame {frame}"
-        );
+        assert_counts(&pool, &arena.stats(), frame);
         arena.reset();
     }
     let s = arena.stats();

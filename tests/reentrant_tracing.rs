@@ -4,6 +4,8 @@
 //! its own thread for ever. A process of its own: it sizes the global engine pool.
 
 use nebula_memory::Arena;
+mod common;
+
 use std::cell::Cell;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -21,26 +23,12 @@ thread_local! {
 
 /// Allocates 8 bytes from `engine_arena()` for every event it sees (once per thread at a
 /// time): a log line kept in engine memory.
-struct EngineLogger;
-
-impl tracing::Subscriber for EngineLogger {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
+fn log_to_engine_memory(_: &tracing::Event<'_>) {
+    if !IN_EVENT.replace(true) {
+        let v = engine_arena().alloc_val(42u64);
+        ALLOCATED.set(Some(*v));
+        IN_EVENT.set(false);
     }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, _: &tracing::Event<'_>) {
-        if !IN_EVENT.replace(true) {
-            let v = engine_arena().alloc_val(42u64);
-            ALLOCATED.set(Some(*v));
-            IN_EVENT.set(false);
-        }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 #[test]
@@ -57,9 +45,10 @@ fn a_subscriber_may_allocate_from_the_exhausted_arena() {
 
     let (done, finished) = mpsc::channel();
     std::thread::spawn(move || {
-        let result = tracing::subscriber::with_default(EngineLogger, || {
-            engine_arena().try_alloc(std::alloc::Layout::from_size_align(3 * MIB, 16).unwrap())
-        });
+        let result =
+            tracing::subscriber::with_default(common::OnEvent(log_to_engine_memory), || {
+                engine_arena().try_alloc(std::alloc::Layout::from_size_align(3 * MIB, 16).unwrap())
+            });
         done.send((result.map(|_| ()), ALLOCATED.get())).unwrap();
     });
     let (result, logged) = finished

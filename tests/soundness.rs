@@ -72,28 +72,14 @@ thread_local! {
     static ALLOCATED: Cell<Option<NonNull<u64>>> = const { Cell::new(None) };
 }
 
-/// A `tracing` subscriber that, once armed, allocates 8 bytes from `reentry_arena` on the
-/// thread the event is emitted on: safe code a game may well write (a log line built in
+/// Once armed, allocates 8 bytes from `reentry_arena` on the thread the event is emitted
+/// on: safe code a game may well write in a `tracing` subscriber (a log line built in
 /// frame memory, a global allocator backed by an arena).
-struct AllocatingSubscriber;
-
-impl tracing::Subscriber for AllocatingSubscriber {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
+fn allocate_when_armed(_: &tracing::Event<'_>) {
+    if ARMED.replace(false) {
+        let x = reentry_arena().alloc_val(0x1111_2222_3333_4444u64);
+        ALLOCATED.set(Some(NonNull::from(x)));
     }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, _: &tracing::Event<'_>) {
-        if ARMED.replace(false) {
-            let x = reentry_arena().alloc_val(0x1111_2222_3333_4444u64);
-            ALLOCATED.set(Some(NonNull::from(x)));
-        }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 /// A moving `realloc` of the top whose growth reports an exhaustion: the subscriber
@@ -117,7 +103,7 @@ fn an_allocation_made_by_a_subscriber_during_a_moving_realloc_survives() {
     // SAFETY: `buf` is ours, `KIB` bytes.
     unsafe { buf.as_ptr().write_bytes(0x5A, KIB) };
 
-    tracing::subscriber::with_default(AllocatingSubscriber, || {
+    tracing::subscriber::with_default(common::OnEvent(allocate_when_armed), || {
         ARMED.set(true);
         // SAFETY: `buf` is the live top allocation of `old`; only the result is used after.
         let q = unsafe { mine.realloc(buf, old, 128 * KIB) }.unwrap();
