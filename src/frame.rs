@@ -299,8 +299,10 @@ pub struct FrameArenaStats {
     pub bytes_used: usize,
     /// The most bytes ever in use at once.
     pub high_watermark: usize,
-    /// Usable bytes.
+    /// Usable bytes: the cap (a thread's frame arena grows up to it).
     pub capacity: usize,
+    /// Bytes of pool blocks held (header included).
+    pub bytes_held: usize,
     /// Blocks taken from the pool, ever (1 for a `FrameArena`).
     pub blocks_taken: u64,
     /// Blocks given back to the pool, ever (0 while the arena lives).
@@ -319,6 +321,7 @@ impl FrameArena {
             bytes_used: self.bytes_used(),
             high_watermark: self.high_watermark(),
             capacity: self.capacity,
+            bytes_held: self.chain.bytes_held(),
             blocks_taken: self.chain.figures().blocks_taken,
             blocks_returned: self.chain.figures().blocks_returned,
         }

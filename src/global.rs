@@ -147,15 +147,9 @@ pub fn scratch_pool() -> &'static MemoryPool {
     SCRATCH.get_or_init(|| create("scratch", |c| c.scratch))
 }
 
-/// Runs [`MemoryPool::maintain`] on each global pool that exists: gives free pages back to
-/// the OS where release pressure has lasted past the purge delay. Call it once per frame
-/// (the Bevy plugin will); cheap when nothing is due. Returns the ranges decommitted.
-/// O(1) per pool, or O(free ranges) where a decommit pass runs.
-///
-/// ```
-/// assert_eq!(nebula_memory::maintain_global_pools(), 0);
-/// ```
-pub fn maintain_global_pools() -> usize {
+/// Runs [`MemoryPool::maintain`] on each global pool that exists; the second half of
+/// [`maintain_global_pools`](crate::maintain_global_pools). Returns the ranges decommitted.
+pub(crate) fn maintain_pools() -> usize {
     created_pools()
         .into_iter()
         .flatten()

@@ -74,6 +74,7 @@ mod error;
 mod frame;
 mod global;
 mod interface;
+mod maintain;
 mod per_thread;
 pub mod poison;
 mod pool;
@@ -84,12 +85,12 @@ pub use arena::{ArenaConfig, ArenaScope, ArenaStats, Checkpoint, MemoryArena, he
 
 pub use frame::{FrameArena, FrameArenaStats};
 pub use interface::{Arena, ArenaBox};
-pub use per_thread::with_scratch;
 pub use per_thread::{
     DEFAULT_THREAD_ARENA_CAPACITY, ThreadArenasStats, all_thread_arenas_stats,
     end_thread_arena_frame, set_thread_arena_capacity, thread_arena_alloc, thread_arena_frame,
     thread_arena_reset, thread_arena_stats,
 };
+pub use per_thread::{SCRATCH_IDLE_PASSES, with_scratch};
 pub use shared::{
     DoubleBufferedArena, FrameHandle, GameArena, GameArenaGuard, SharedArena, engine_arena,
     game_arena,
@@ -99,8 +100,9 @@ pub use block::MemoryBlock;
 pub use error::{AllocError, PoolError};
 pub use global::{
     GlobalPoolConfig, configure_global_pools, engine_pool, game_pool, global_pool_config,
-    maintain_global_pools, scratch_pool,
+    scratch_pool,
 };
+pub use maintain::maintain_global_pools;
 pub use pool::{MemoryPool, PoolStats};
 
 /// The names most code needs, with the [`Arena`] trait that brings the typed helpers:

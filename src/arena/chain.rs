@@ -260,6 +260,15 @@ impl Chain {
         config: &ArenaConfig,
         reports: &mut Reports,
     ) -> Result<*mut MemoryBlock, AllocError> {
+        // A capped arena (`held_limit`) never asks past its cap, pool or heap.
+        let room = config.held_limit.saturating_sub(self.bytes_held);
+        if needed > room {
+            return Err(AllocError::Full {
+                pool: pool.name(),
+                requested: needed,
+                remaining: room,
+            });
+        }
         // A `max_block` below `first_block` (0 included) means "first_block, never more".
         let smallest = config.first_block.max(1);
         let normal = self
@@ -267,7 +276,7 @@ impl Chain {
             .clamp(smallest, config.max_block.max(smallest));
         // Never more than the pool can ever hand out: a default sized for larger pools is
         // clamped (a `first_block` set too large was refused when the arena was made).
-        let grown = round_block(normal.max(needed));
+        let grown = round_block(normal.max(needed)).min(room);
         let size = grown.min(pool.max_usable().max(needed));
         // Ask for the grown size without reporting a refusal: the pool may still hold a
         // block that fits the request alone, and only that request's refusal is a real

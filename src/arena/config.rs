@@ -36,6 +36,10 @@ pub struct ArenaConfig {
     /// `first_block` was set with the builder (so a size the pool cannot serve is a mistake
     /// to refuse, not a default to clamp).
     first_block_set: bool,
+    /// Most bytes of blocks the arena may hold (the crate's per-thread frame arenas cap
+    /// themselves at their capacity with it); a request past it is refused with
+    /// `AllocError::Full`. `usize::MAX`: no cap.
+    pub(crate) held_limit: usize,
 }
 
 impl ArenaConfig {
@@ -97,6 +101,14 @@ impl ArenaConfig {
     }
 }
 
+impl ArenaConfig {
+    /// Caps the bytes of blocks the arena may hold (see `held_limit`).
+    pub(crate) fn held_limit(mut self, bytes: usize) -> Self {
+        self.held_limit = bytes;
+        self
+    }
+}
+
 impl Default for ArenaConfig {
     fn default() -> Self {
         ArenaConfig {
@@ -105,6 +117,7 @@ impl Default for ArenaConfig {
             trim_after_resets: 120,
             heap_fallback: false,
             first_block_set: false,
+            held_limit: usize::MAX,
         }
     }
 }

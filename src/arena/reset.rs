@@ -123,6 +123,38 @@ impl<'pool> MemoryArena<'pool> {
                 == (Decision::Keep, Quiet::default())
     }
 
+    /// Frees everything at once, like [`reset`](MemoryArena::reset), and gives **every**
+    /// block back to the pool: the arena then holds nothing and takes a first block again
+    /// at its next allocation. For an arena that will be idle for a while (the crate's own
+    /// per-thread scratch arenas do this after a few idle frames). O(blocks held).
+    ///
+    /// Bumps the arena's generation: every [`Checkpoint`](crate::Checkpoint) taken before
+    /// is invalid.
+    ///
+    /// ```
+    /// use nebula_memory::Arena;
+    /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// arena.alloc_slice(300_000, 1u8);
+    /// arena.reset_and_release();
+    /// assert_eq!((arena.block_count(), arena.bytes_held()), (0, 0));
+    /// arena.alloc_val(7u32); // takes a block again
+    /// assert_eq!(arena.block_count(), 1);
+    /// ```
+    pub fn reset_and_release(&mut self) {
+        let peak = std::mem::take(self.peak_since_reset.get_mut()).max(self.cursor.position());
+        let high = self.high_watermark.get_mut();
+        *high = (*high).max(peak);
+        self.generation += 1;
+        self.tags.get_mut().clear();
+        self.quiet = Quiet::default();
+        let chain = self.chain.get_mut();
+        // Poison and give back in one go: nothing handed out is alive (`&mut self`).
+        chain.reset(self.pool, &self.cursor, Decision::Keep);
+        chain.release_all(self.pool, &self.cursor);
+        *self.steady_lo.get_mut() = NO_BAND.0;
+        *self.steady_span.get_mut() = NO_BAND.1;
+    }
+
     /// Gives the cached spare blocks (those after the current one) back to the pool.
     /// O(spares).
     ///

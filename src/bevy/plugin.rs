@@ -12,9 +12,8 @@ use super::stats::{
 };
 use crate::arena::ArenaConfig;
 use crate::error::PoolError;
-use crate::global::{
-    GlobalPoolConfig, configure_global_pools, global_pool_config, maintain_global_pools,
-};
+use crate::global::{GlobalPoolConfig, configure_global_pools, global_pool_config};
+use crate::maintain::maintain_global_pools;
 use crate::per_thread::{
     DEFAULT_THREAD_ARENA_CAPACITY, all_thread_arenas_stats, end_thread_arena_frame,
     set_thread_arena_capacity,

@@ -1,33 +1,31 @@
 //! `Scratch`: a system parameter that hands a system an arena of its own for temporaries.
 //!
-//! Each thread keeps a small stack of scratch arenas (on the scratch pool) with a busy flag
-//! each, in a [`ScratchArenas`] resource. `get_param` claims a free arena of the thread the
-//! system runs on (creating one if all are busy) and takes a checkpoint; dropping the item
-//! rewinds the arena to it and frees the arena for the next claim. The frame-end reset
-//! (`reset_frame_arenas_system`) resets every arena of every thread and gives spikes back.
+//! The arenas are the calling thread's scratch stack (the one behind `with_scratch`), under
+//! an owner of their own: the [`ScratchArenas`] resource. `get_param` claims a free arena of
+//! the thread the system runs on (creating one if all are busy); dropping the item resets
+//! the arena and frees it for the next claim. Idle arenas give their memory back through
+//! `maintain_global_pools` (which the plugin calls each frame), like `with_scratch`'s.
 //!
 //! Why this is sound under Bevy's executor:
 //! - **Work stealing.** A system blocked in `par_iter` or a task scope runs other systems on
 //!   its own thread meanwhile. Those claim *other* arenas of the thread (the first one is
 //!   busy), so nothing they do touches the suspended system's arena.
-//! - **Two `Scratch` parameters in one system** claim two arenas; they are dropped in
-//!   declaration order, which is fine: each rewinds only its own arena.
-//! - **`mem::forget` of an item** leaves its arena busy (never claimed again this frame)
-//!   and not rewound; the frame-end reset, with exclusive access to the world, frees it.
-//!   Nothing can still borrow it then: everything an item hands out borrows the item, whose
-//!   lifetime is the system run.
+//! - **Two `Scratch` parameters in one system** claim two arenas; each frees only its own.
+//! - **`mem::forget` of an item** leaves its arena busy and not reset. The frame-end
+//!   ([`ScratchArenas::end_frame`], `&mut self`, so no item is alive) advances the owner's
+//!   frame; the thread's next claim sees an arena busy since an earlier frame and reclaims
+//!   it. Nothing can still borrow it then: everything an item hands out borrows the item,
+//!   whose lifetime is the system run.
 //! - **Other threads.** An item is neither `Send` nor `Sync`, and what it derefs to
 //!   (`MemoryArena`) is not `Sync`, so neither the item nor its memory can be captured by a
-//!   task or closure that runs on another thread.
-//! - **The reset.** `Scratch` registers *read* access to `ScratchArenas`, so it conflicts
-//!   with any system that takes it mutably; the reset runs as an exclusive system, so no
-//!   `Scratch` item is alive while it resets.
+//!   task or closure that runs on another thread. The only other thread that touches an
+//!   arena is a maintaining one, and only a free arena (see the scratch stack's docs).
 
 use std::alloc::Layout;
-use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use allocator_api2::alloc::{AllocError, Allocator};
 
@@ -37,38 +35,10 @@ use bevy_ecs::system::{
     ReadOnlySystemParam, SystemAccess, SystemMeta, SystemParam, SystemParamValidationError,
 };
 use bevy_ecs::world::unsafe_world_cell::UnsafeWorldCell;
-use thread_local::ThreadLocal;
 
-use crate::arena::{ArenaConfig, Checkpoint, MemoryArena};
+use crate::arena::{ArenaConfig, MemoryArena};
 use crate::global::scratch_pool;
-
-/// One scratch arena and whether a `Scratch` item holds it.
-struct ScratchSlot {
-    busy: Cell<bool>,
-    arena: MemoryArena<'static>,
-}
-
-/// One thread's scratch arenas. Each is boxed and held by raw pointer, so that growing the
-/// list never moves or reborrows an arena an item is using.
-struct ThreadScratch {
-    slots: RefCell<Vec<NonNull<ScratchSlot>>>,
-}
-
-// SAFETY: the slots are owned (from `Box::into_raw`) and have no thread affinity. A
-// thread's `ThreadScratch` is used through `&` only by that thread (`ThreadLocal::get_or`
-// in `claim`, and the items it makes, which are not `Send`), and by others only through
-// `&mut` (the frame-end reset).
-unsafe impl Send for ThreadScratch {}
-
-impl Drop for ThreadScratch {
-    fn drop(&mut self) {
-        for slot in self.slots.get_mut().drain(..) {
-            // SAFETY: from `Box::into_raw` in `claim`; the resource is being dropped, so no
-            // item is alive.
-            drop(unsafe { Box::from_raw(slot.as_ptr()) });
-        }
-    }
-}
+use crate::per_thread::{ScratchOwner, Slot, claim, release};
 
 /// The per-thread scratch arenas behind [`Scratch`]; inserted by `MemoryPlugin`.
 ///
@@ -89,8 +59,7 @@ impl Drop for ThreadScratch {
 /// ```
 #[derive(Resource)]
 pub struct ScratchArenas {
-    threads: ThreadLocal<ThreadScratch>,
-    config: ArenaConfig,
+    owner: Arc<ScratchOwner>,
 }
 
 impl Default for ScratchArenas {
@@ -121,57 +90,28 @@ impl ScratchArenas {
     pub fn with_config(config: ArenaConfig) -> Self {
         config.check_against(scratch_pool());
         ScratchArenas {
-            threads: ThreadLocal::new(),
-            config,
+            owner: ScratchOwner::new(config),
         }
     }
 
-    /// Claims a free arena of the calling thread (making one if all are busy).
-    fn claim(&self) -> NonNull<ScratchSlot> {
-        let thread = self.threads.get_or(|| ThreadScratch {
-            slots: RefCell::new(Vec::new()),
-        });
-        let mut slots = thread.slots.borrow_mut();
-        for &slot in slots.iter() {
-            // SAFETY: a live slot of this thread; only this thread touches it through `&`.
-            let s = unsafe { slot.as_ref() };
-            if !s.busy.get() {
-                s.busy.set(true);
-                return slot;
-            }
-        }
-        let slot = Box::new(ScratchSlot {
-            busy: Cell::new(true),
-            arena: MemoryArena::with_config(scratch_pool(), self.config),
-        });
-        let slot = NonNull::from(Box::leak(slot));
-        slots.push(slot);
-        slot
-    }
-
-    /// Ends the frame for every scratch arena of every thread: frees arenas an item was
-    /// `mem::forget`-ed on, resets all of them (each keeps the block its reset policy
-    /// chooses, so a spike is given back after a few quiet frames), and returns the frame's
-    /// figures. `&mut self` proves no [`Scratch`] item is alive. O(arenas).
+    /// Ends the frame for the scratch arenas of every thread and returns the frame's
+    /// figures. Arenas are reset whenever an item is dropped, so there is nothing to free
+    /// here; an arena whose item was `mem::forget`-ed is reclaimed by its thread's next
+    /// claim. `&mut self` proves no [`Scratch`] item is alive. O(arenas).
     ///
     /// ```
     /// let mut arenas = nebula_memory::bevy::ScratchArenas::default();
     /// assert_eq!(arenas.end_frame().peak_bytes, 0);
     /// ```
     pub fn end_frame(&mut self) -> ScratchFrame {
-        let mut frame = ScratchFrame::default();
-        for thread in self.threads.iter_mut() {
-            for slot in thread.slots.get_mut().iter() {
-                // SAFETY: `&mut self`: no item holds any slot, so we have the only access.
-                let slot = unsafe { &mut *slot.as_ptr() };
-                slot.busy.set(false);
-                frame.peak_bytes += slot.arena.peak_since_reset();
-                frame.arenas += 1;
-                slot.arena.reset();
-                frame.bytes_held += slot.arena.bytes_held();
-            }
+        // SAFETY: `&mut self`: every item borrows the resource, so none is alive.
+        unsafe { self.owner.end_frame() };
+        let f = self.owner.figures();
+        ScratchFrame {
+            peak_bytes: f.peak_bytes,
+            arenas: f.arenas,
+            bytes_held: f.bytes_held,
         }
-        frame
     }
 }
 
@@ -179,7 +119,7 @@ impl ScratchArenas {
 /// touches while the item lives. It derefs to [`MemoryArena`], so everything an arena does
 /// works (`scratch.alloc_slice(..)`, `Vec::new_in(&*scratch)`, `hashbrown::HashMap::new_in(
 /// &*scratch)`). What it allocated is given back when the item is dropped (the end of the
-/// system run), and the arenas are reset at the frame's end on whichever threads they are.
+/// system run): the drop resets the arena.
 ///
 /// Needs the [`ScratchArenas`] resource (`MemoryPlugin` inserts it).
 ///
@@ -203,9 +143,7 @@ impl ScratchArenas {
 /// assert_eq!(world.run_system_cached(nearest_to_origin).unwrap(), 1.0);
 /// ```
 pub struct Scratch<'w> {
-    slot: NonNull<ScratchSlot>,
-    /// Where the arena was when the item claimed it; the drop rewinds to it.
-    mark: Checkpoint,
+    slot: NonNull<Slot>,
     /// Borrows the resource for the run; `*const ()` makes the item neither `Send` nor
     /// `Sync`.
     _marker: PhantomData<(&'w ScratchArenas, *const ())>,
@@ -215,21 +153,17 @@ impl Deref for Scratch<'_> {
     type Target = MemoryArena<'static>;
 
     fn deref(&self) -> &MemoryArena<'static> {
-        // SAFETY: the item holds the slot's busy flag, so no other item uses the arena, and
-        // the slot lives as long as the resource the item borrows.
-        unsafe { &self.slot.as_ref().arena }
+        // SAFETY: the item holds the slot busy, so nothing else uses the arena, and the slot
+        // lives as long as its thread's stack, which outlives the item (not `Send`).
+        unsafe { self.slot.as_ref().shared_arena() }
     }
 }
 
 impl Drop for Scratch<'_> {
     fn drop(&mut self) {
-        // SAFETY: as in `deref`. Everything allocated through the item borrows it, so none
-        // of it is alive now: rewinding to the claim's mark frees only memory of this item.
-        unsafe {
-            let slot = self.slot.as_ref();
-            slot.arena.rewind(self.mark);
-            slot.busy.set(false);
-        }
+        // SAFETY: claimed on this thread (the item is not `Send`) and held busy until now.
+        // Everything allocated through the item borrows it, so none of it is alive.
+        unsafe { release(self.slot) }
     }
 }
 
@@ -332,12 +266,13 @@ unsafe impl SystemParam for Scratch<'_> {
                     )
                 })?
                 .into_inner();
-        let slot = arenas.claim();
-        // SAFETY: we just claimed the slot.
-        let mark = unsafe { slot.as_ref() }.arena.checkpoint();
+        let slot = claim(&arenas.owner, true).ok_or_else(|| {
+            SystemParamValidationError::invalid::<Self>(
+                "this thread's storage is being torn down: no scratch arena for it",
+            )
+        })?;
         Ok(Scratch {
             slot,
-            mark,
             _marker: PhantomData,
         })
     }

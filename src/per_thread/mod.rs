@@ -7,7 +7,8 @@
 mod scratch;
 mod thread_arena;
 
-pub use scratch::with_scratch;
+pub use scratch::{SCRATCH_IDLE_PASSES, with_scratch};
+pub(crate) use scratch::{ScratchOwner, Slot, claim, release, trim_idle};
 pub use thread_arena::{
     DEFAULT_THREAD_ARENA_CAPACITY, ThreadArenasStats, all_thread_arenas_stats,
     end_thread_arena_frame, set_thread_arena_capacity, thread_arena_alloc, thread_arena_frame,

@@ -1,62 +1,359 @@
-//! `with_scratch`: safe, nestable scratch space for the current thread.
+//! The per-thread scratch stack: the arenas behind [`with_scratch`] and the Bevy `Scratch`
+//! parameter, and how idle ones give their memory back.
 //!
 //! One thread-local arena with checkpoint/rewind is unsound when scopes nest: an inner
 //! rewind would free what the outer scope allocated while the inner one ran. Instead each
-//! thread keeps a stack of arenas, one per nesting depth (the RAD Debugger's answer to
-//! scratch conflicts, made automatic). A call at depth `d` uses arena `d` alone and resets
-//! it when it returns; every call at depth `d + 1` starts and finishes inside it. A thread's
-//! calls are strictly nested even under work-stealing (a stolen task runs to completion
-//! inside the frame that stole it), so an arena is never reset while a scope still uses it.
+//! thread keeps a stack of arenas (the RAD Debugger's answer to scratch conflicts, made
+//! automatic), each with a **state**: free, busy (a scope or a `Scratch` item uses it) or
+//! being trimmed. A scope *claims* a free arena of its thread, uses it alone, and on leaving
+//! resets it and frees it. Nested scopes, and tasks that work stealing runs inside a scope
+//! on the same thread, find the outer arenas busy and claim others, so an arena is never
+//! reset while a scope still uses it.
 //!
-//! The closure gets `&MemoryArena` for a lifetime it cannot return or store, and
-//! `MemoryArena` is not `Sync`, so the reference cannot reach another thread either.
+//! Arenas belong to an **owner**: `with_scratch` is one, every Bevy `ScratchArenas`
+//! resource another. A scope claims only its owner's arenas, so each owner's figures are its
+//! own (a Bevy app's do not move when unrelated code nests `with_scratch` on its threads),
+//! and each owner's arenas follow its [`ArenaConfig`].
+//!
+//! **Idle memory goes back.** A free arena is always reset, so it holds at most the block
+//! its reset policy kept. But the policy only runs when the arena is used, and an arena at
+//! some nesting depth, or on a thread the executor rarely picks, may not be used again for
+//! a long time. So [`maintain_global_pools`](crate::maintain_global_pools) is a second
+//! clock: time is cut into windows of [`SCRATCH_IDLE_PASSES`] calls, and at each window's
+//! end every free arena that was idle in it, or holds more than twice what its busiest
+//! claim of the window needed and more than its first block, gives *every* block back. The maintaining thread claims the arena for that with the same state, so it never
+//! touches an arena in use. A one-off spike therefore costs its memory for at most two
+//! windows, not for the thread's life.
+//!
+//! The only cross-thread accesses are that trim (through the state) and figures published
+//! in atomics when an arena is freed.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, UnsafeCell};
 use std::ptr::NonNull;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize};
+use std::sync::{Arc, LazyLock, Weak};
+
+use parking_lot::Mutex;
 
 use crate::arena::{ArenaConfig, MemoryArena};
 use crate::global::scratch_pool;
 
-struct ScratchStack {
-    depth: Cell<usize>,
-    /// Arena per depth. Raw pointers (from `Box::into_raw`), so that growing the `Vec`
-    /// moves only pointers and never asserts uniqueness over an arena a scope is using.
-    arenas: RefCell<Vec<NonNull<MemoryArena<'static>>>>,
+/// The length, in calls of [`maintain_global_pools`](crate::maintain_global_pools), of the
+/// window over which a scratch arena (of [`with_scratch`] or of a Bevy `Scratch`) must have
+/// needed the memory it holds: 8. At the end of each window, a free arena that was idle, or
+/// held more than twice what its busiest claim of the window used, gives all of it back.
+/// Where the Bevy plugin maintains once a frame, a spike's memory is back within 16 frames.
+pub const SCRATCH_IDLE_PASSES: u64 = 8;
+
+const FREE: u8 = 0;
+const BUSY: u8 = 1;
+const TRIMMING: u8 = 2;
+
+/// Maintenance passes so far: the clock of idle trimming.
+static PASSES: AtomicU64 = AtomicU64::new(0);
+
+/// One scratch arena of one thread's stack.
+pub(crate) struct Slot {
+    /// `FREE`, `BUSY` or `TRIMMING`: whoever moved it out of `FREE` (with a compare-and-
+    /// swap) has the arena to itself until it stores `FREE` again.
+    state: AtomicU8,
+    arena: UnsafeCell<MemoryArena<'static>>,
+    /// The owner's id: only its scopes claim this arena.
+    owner_id: u64,
+    /// The owner, to notice it is gone (then the arena is removed at the next trim).
+    owner: Weak<ScratchOwner>,
+    /// The owner's frame in which a `Scratch` item claimed the arena. Written and read only
+    /// by the stack's own thread.
+    claimed_in: Cell<u64>,
+    /// Published when the arena is freed or trimmed, for other threads' figures: bytes of
+    /// blocks held, and the largest `bytes_used` of one claim since the owner last asked.
+    held: AtomicUsize,
+    peak: AtomicUsize,
+    /// The largest `bytes_used` of one claim in the current trim window.
+    window_peak: AtomicUsize,
 }
 
-impl Drop for ScratchStack {
+// SAFETY: the arena (`Send`) is used only by whoever holds the slot's state out of `FREE`
+// (the compare-and-swap that takes it is `Acquire`, the store that gives it back `Release`,
+// so each holder sees the last one's writes). `claimed_in` is touched only by the thread
+// whose stack holds the slot. Everything else is atomic or immutable.
+unsafe impl Sync for Slot {}
+// SAFETY: as above; the `Cell` moves with the slot, which has no thread affinity.
+unsafe impl Send for Slot {}
+
+impl Slot {
+    /// The arena. Only for the holder of the slot's state.
+    ///
+    /// # Safety
+    /// The caller moved the state out of `FREE` and has not given it back, and holds no
+    /// other reference from this function.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn arena(&self) -> &mut MemoryArena<'static> {
+        // SAFETY: per the contract, the caller has the arena to itself.
+        unsafe { &mut *self.arena.get() }
+    }
+
+    /// The arena, shared. Only for the holder of the slot's state.
+    ///
+    /// # Safety
+    /// The caller moved the state out of `FREE` and has not given it back, and holds no
+    /// reference from [`Slot::arena`].
+    pub(crate) unsafe fn shared_arena(&self) -> &MemoryArena<'static> {
+        // SAFETY: per the contract, nobody has the arena mutably.
+        unsafe { &*self.arena.get() }
+    }
+
+    /// Resets the arena, publishes its figures and frees it.
+    ///
+    /// # Safety
+    /// The caller holds the slot busy and nothing allocated from the arena is used any
+    /// more.
+    unsafe fn free(&self) {
+        // SAFETY: forwarded from the caller.
+        let arena = unsafe { self.arena() };
+        let peak = arena.peak_since_reset();
+        self.peak.fetch_max(peak, Relaxed);
+        self.window_peak.fetch_max(peak, Relaxed);
+        arena.reset();
+        self.held.store(arena.bytes_held(), Relaxed);
+        self.state.store(FREE, Release);
+    }
+}
+
+/// Who a thread's scratch arenas belong to: [`with_scratch`], or one Bevy `ScratchArenas`.
+pub(crate) struct ScratchOwner {
+    id: u64,
+    config: ArenaConfig,
+    /// Frames this owner has ended (Bevy): a busy arena claimed in an earlier one was
+    /// claimed by an item that was `mem::forget`-ed, since a frame ends only when no item
+    /// is alive.
+    frame: AtomicU64,
+    /// The owner's arenas on every thread, for its figures. Weak: a thread's exit frees
+    /// its arenas.
+    slots: Mutex<Vec<Weak<Slot>>>,
+}
+
+/// The figures of one owner's arenas on every thread, from [`ScratchOwner::figures`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct OwnerFigures {
+    /// Sum over the arenas of the most one claim used since the last call.
+    pub(crate) peak_bytes: usize,
+    /// Arenas on live threads.
+    pub(crate) arenas: usize,
+    /// Bytes of blocks they hold (as of when each was last freed or trimmed).
+    pub(crate) bytes_held: usize,
+}
+
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+
+impl ScratchOwner {
+    /// A new owner whose arenas follow `config`.
+    pub(crate) fn new(config: ArenaConfig) -> Arc<ScratchOwner> {
+        Arc::new(ScratchOwner {
+            id: NEXT_OWNER.fetch_add(1, Relaxed),
+            config,
+            frame: AtomicU64::new(0),
+            slots: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Ends the owner's frame: busy arenas claimed before now were `mem::forget`-ed and
+    /// may be reclaimed by their threads.
+    ///
+    /// # Safety
+    /// No item that claimed one of this owner's arenas is alive.
+    pub(crate) unsafe fn end_frame(&self) {
+        self.frame.fetch_add(1, AcqRel);
+    }
+
+    /// The owner's figures, and restarts the peaks.
+    pub(crate) fn figures(&self) -> OwnerFigures {
+        let mut f = OwnerFigures::default();
+        self.slots.lock().retain(|slot| {
+            let Some(slot) = slot.upgrade() else {
+                return false;
+            };
+            f.arenas += 1;
+            f.bytes_held += slot.held.load(Relaxed);
+            f.peak_bytes += slot.peak.swap(0, Relaxed);
+            true
+        });
+        f
+    }
+}
+
+/// The `with_scratch` owner.
+static WITH_SCRATCH: LazyLock<Arc<ScratchOwner>> =
+    LazyLock::new(|| ScratchOwner::new(ArenaConfig::default()));
+
+/// One thread's scratch arenas. The lock is the owner thread's on every claim
+/// (uncontended) and a maintaining thread's while it trims.
+struct Stack {
+    slots: Mutex<Vec<Arc<Slot>>>,
+}
+
+/// Every live thread's stack, for trimming.
+static STACKS: Mutex<Vec<Arc<Stack>>> = Mutex::new(Vec::new());
+
+/// A thread's stack, taken out of `STACKS` when the thread exits (then its arenas go back
+/// to the pool; no scope can be alive on an exiting thread's stack).
+struct Registered(Arc<Stack>);
+
+impl Drop for Registered {
     fn drop(&mut self) {
-        for arena in self.arenas.get_mut().drain(..) {
-            // SAFETY: made by `Box::into_raw` below; the thread is exiting, no scope is live.
-            drop(unsafe { Box::from_raw(arena.as_ptr()) });
-        }
+        STACKS.lock().retain(|s| !Arc::ptr_eq(s, &self.0));
     }
 }
 
 thread_local! {
-    static STACK: ScratchStack = const {
-        ScratchStack { depth: Cell::new(0), arenas: RefCell::new(Vec::new()) }
-    };
+    static STACK: OnceCell<Registered> = const { OnceCell::new() };
 }
 
-/// Resets the depth's arena and pops the depth, also when the closure panics.
-struct Exit {
-    arena: NonNull<MemoryArena<'static>>,
+/// Claims a free arena of `owner` on the calling thread, making one if all are busy; a busy
+/// one claimed in an earlier frame of `owner` (an item that was forgotten) is reset and
+/// reused. With `frame_claim`, records the owner's frame (a Bevy item). `None` if the
+/// thread's storage is being torn down.
+pub(crate) fn claim(owner: &Arc<ScratchOwner>, frame_claim: bool) -> Option<NonNull<Slot>> {
+    STACK
+        .try_with(|cell| {
+            let stack = &cell
+                .get_or_init(|| {
+                    let stack = Arc::new(Stack {
+                        slots: Mutex::new(Vec::new()),
+                    });
+                    STACKS.lock().push(Arc::clone(&stack));
+                    Registered(stack)
+                })
+                .0;
+            claim_in(stack, owner, frame_claim)
+        })
+        .ok()
 }
 
-impl Drop for Exit {
-    fn drop(&mut self) {
-        // SAFETY: the scope at this depth has ended, so no borrow of its arena is alive and
-        // no other scope uses it (see the module docs); the arena lives until thread exit.
-        unsafe { (*self.arena.as_ptr()).reset() };
-        let _ = STACK.try_with(|s| s.depth.set(s.depth.get() - 1));
+fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>, frame_claim: bool) -> NonNull<Slot> {
+    let frame = owner.frame.load(Acquire);
+    let mut slots = stack.slots.lock();
+    for slot in slots.iter().filter(|s| s.owner_id == owner.id) {
+        if slot
+            .state
+            .compare_exchange(FREE, BUSY, Acquire, Relaxed)
+            .is_ok()
+        {
+            slot.claimed_in.set(frame);
+            return NonNull::from(&**slot);
+        }
+        // Only this thread moves its busy arenas, so reading the state then deciding is
+        // race-free for `BUSY`: a maintaining thread touches only `FREE` ones.
+        if frame_claim && slot.state.load(Acquire) == BUSY && slot.claimed_in.get() < frame {
+            // SAFETY: claimed by an item of an earlier frame of this owner; that frame
+            // ended, so the item is gone (forgotten), and everything it handed out
+            // borrowed it. The slot stays busy: it is ours now.
+            unsafe { slot.arena().reset() };
+            slot.claimed_in.set(frame);
+            return NonNull::from(&**slot);
+        }
     }
+    let slot = Arc::new(Slot {
+        state: AtomicU8::new(BUSY),
+        arena: UnsafeCell::new(MemoryArena::with_config(scratch_pool(), owner.config)),
+        owner_id: owner.id,
+        owner: Arc::downgrade(owner),
+        claimed_in: Cell::new(frame),
+        held: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+        window_peak: AtomicUsize::new(0),
+    });
+    {
+        let mut list = owner.slots.lock();
+        list.retain(|s| s.strong_count() > 0);
+        list.push(Arc::downgrade(&slot));
+    }
+    let claimed = NonNull::from(&*slot);
+    slots.push(slot);
+    claimed
+}
+
+/// Frees a claimed arena: resets it and makes it claimable again.
+///
+/// # Safety
+/// `slot` came from [`claim`] on this thread and is not freed yet; nothing allocated from
+/// its arena since the claim is used any more.
+pub(crate) unsafe fn release(slot: NonNull<Slot>) {
+    // SAFETY: the slot lives while its thread's stack does (this thread is running), and
+    // the caller holds it busy with nothing of it alive.
+    unsafe { slot.as_ref().free() }
+}
+
+/// One pass of idle trimming (called by `maintain_global_pools`). At the end of each
+/// window of [`SCRATCH_IDLE_PASSES`] passes, every free scratch arena that holds more than
+/// it needed in the window gives all of it back (see the module docs); arenas of owners
+/// that are gone are removed at every pass. Returns the bytes given back.
+pub(crate) fn trim_idle() -> usize {
+    let now = PASSES.fetch_add(1, Relaxed) + 1;
+    let window_ends = now.is_multiple_of(SCRATCH_IDLE_PASSES);
+    let stacks: Vec<Arc<Stack>> = STACKS.lock().clone();
+    let mut given = 0;
+    for stack in stacks {
+        stack.slots.lock().retain(|slot| {
+            if slot.owner.strong_count() == 0 {
+                // The owner (a Bevy resource) was dropped, which needs `&mut World`: no item
+                // of it is alive, busy or not. Dropping the slot gives its memory back.
+                given += slot.held.load(Relaxed);
+                return false;
+            }
+            if window_ends {
+                given += trim_if_oversized(slot);
+            }
+            true
+        });
+    }
+    given
+}
+
+/// Gives every block of `slot`'s arena back if it is free and was idle in the window ending
+/// now, or held more than twice what its busiest claim of the window needed and more than
+/// its first block; starts the slot's next window. Returns the bytes given back.
+fn trim_if_oversized(slot: &Slot) -> usize {
+    if slot
+        .state
+        .compare_exchange(FREE, TRIMMING, Acquire, Relaxed)
+        .is_err()
+    {
+        return 0; // in use: its window goes on until a pass finds it free
+    }
+    let needed = slot.window_peak.swap(0, Relaxed);
+    // SAFETY: we moved the state out of `FREE`; a free arena holds nothing alive, and no
+    // other reference to it exists until we store `FREE` again.
+    let arena = unsafe { slot.arena() };
+    let held = arena.bytes_held();
+    // An idle arena gives everything back; a used one keeps its first block (plus a
+    // granule for the header and rounding) or twice its need, whichever is more.
+    let first = arena.config().first_block.saturating_add(4096);
+    let keep = policy_need(needed).saturating_mul(2).max(first);
+    let mut given = 0;
+    if held > 0 && (needed == 0 || held > keep) {
+        given = held;
+        arena.reset_and_release();
+        slot.held.store(0, Relaxed);
+    }
+    slot.state.store(FREE, Release);
+    given
+}
+
+/// What a claim that used `peak` bytes needs held: the peak plus an eighth (as the reset
+/// policy counts it).
+fn policy_need(peak: usize) -> usize {
+    peak.saturating_add(peak / 8)
 }
 
 /// Runs `f` with scratch space for the current thread; everything `f` allocates is
 /// reclaimed when `f` returns (or panics). Nested calls, including calls from tasks that
-/// work-stealing runs inside `f` on this thread, each get their own arena, so an inner
+/// work stealing runs inside `f` on this thread, each get their own arena, so an inner
 /// scope never frees memory an outer one still uses. O(1) plus the reset of one arena.
+///
+/// An arena left holding memory (after a spike) while no scope uses it gives it back after
+/// [`SCRATCH_IDLE_PASSES`] calls of [`maintain_global_pools`](crate::maintain_global_pools).
 ///
 /// ```
 /// use nebula_memory::Arena;
@@ -73,28 +370,23 @@ impl Drop for Exit {
 /// assert_eq!(total, 99 + 9900);
 /// ```
 pub fn with_scratch<R>(f: impl FnOnce(&MemoryArena<'static>) -> R) -> R {
-    let entered = STACK.try_with(|s| {
-        let depth = s.depth.get();
-        let mut arenas = s.arenas.borrow_mut();
-        if arenas.len() <= depth {
-            let arena = Box::new(MemoryArena::with_config(
-                scratch_pool(),
-                ArenaConfig::default(),
-            ));
-            arenas.push(NonNull::from(Box::leak(arena)));
+    /// Frees the claimed arena, also when the closure panics.
+    struct Exit(NonNull<Slot>);
+    impl Drop for Exit {
+        fn drop(&mut self) {
+            // SAFETY: claimed below on this thread; the scope has ended, so nothing it
+            // allocated is borrowed any more (the closure's reference cannot escape it).
+            unsafe { release(self.0) }
         }
-        s.depth.set(depth + 1);
-        arenas[depth]
-    });
-    match entered {
-        Ok(arena) => {
-            let _exit = Exit { arena };
-            // SAFETY: the arena at this depth is used by this scope alone until `_exit`
-            // resets it; it is freed only when the thread-local stack is destroyed, which
-            // cannot happen while this thread is inside a scope.
-            f(unsafe { arena.as_ref() })
+    }
+    match claim(&WITH_SCRATCH, false) {
+        Some(slot) => {
+            let exit = Exit(slot);
+            // SAFETY: the slot is busy for this scope alone until `exit` frees it, and it
+            // lives while this thread's stack does. Shared access only from here on.
+            f(unsafe { exit.0.as_ref().shared_arena() })
         }
         // Thread-local storage is being torn down: a private arena serves this call.
-        Err(_) => f(&MemoryArena::new(scratch_pool())),
+        None => f(&MemoryArena::new(scratch_pool())),
     }
 }

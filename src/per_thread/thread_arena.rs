@@ -1,6 +1,10 @@
-//! The per-thread frame arena: a [`FrameArena`] for each thread, on the scratch pool,
-//! created on the thread's first [`thread_arena_alloc`] and given back when the thread
-//! exits.
+//! The per-thread frame arena: an arena for each thread, on the scratch pool, created on
+//! the thread's first [`thread_arena_alloc`] and given back when the thread exits.
+//!
+//! Each takes memory as it uses it: a [`MemoryArena`] that starts with a 32 KiB block and
+//! grows through its chain like any other, capped at the capacity in force when it was made
+//! ([`set_thread_arena_capacity`]). So a thread that allocates little holds little, and the
+//! scratch pool serves as many threads as their use fits, not as many as their caps fit.
 //!
 //! The classic API resets only the calling thread's arena ([`thread_arena_reset`]), so a
 //! frame-end reset running on one thread could never reach the others. Instead of reaching
@@ -10,15 +14,18 @@
 //! resets itself first. No thread ever writes another thread's arena, so ending the frame
 //! is safe from any thread at any time: it cannot take memory from under a thread in the
 //! middle of using it, nor race with its allocations. What a pointer from
-//! `thread_arena_alloc` may rely on is stated there.
+//! `thread_arena_alloc` may rely on is stated there. For the same reason a thread's arena
+//! gives a spike back only when that thread allocates again (its reset follows the reset
+//! policy, like every arena's): memory of its last frame is still valid until then.
 //!
-//! Every thread's arena is also entered in a registry, for the all-threads statistics. The
-//! registry costs the allocation path nothing: a thread finds its own arena through its
-//! thread-local; the registry's lock is taken when a thread's arena is created or
-//! destroyed and by the statistics.
+//! Every thread's arena is also entered in a registry, for the all-threads statistics,
+//! which the owning thread publishes in atomics as it allocates. The registry costs the
+//! allocation path nothing else: a thread finds its own arena through its thread-local;
+//! the registry's lock is taken when a thread's arena is created or destroyed and by the
+//! statistics.
 
 use std::alloc::Layout;
-use std::cell::OnceCell;
+use std::cell::{OnceCell, UnsafeCell};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
@@ -26,18 +33,25 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use parking_lot::Mutex;
 
-use crate::frame::{FrameArena, FrameArenaStats};
+use crate::arena::{ArenaConfig, MemoryArena};
+use crate::frame::FrameArenaStats;
 use crate::global::scratch_pool;
 
-/// Capacity of each thread's frame arena unless changed by
-/// [`set_thread_arena_capacity`]: 4 MiB (16 MiB, a common choice, would let only four
-/// threads fit in the default 64 MiB scratch pool).
+/// The most each thread's frame arena may hold unless changed by
+/// [`set_thread_arena_capacity`]: 4 MiB. An arena takes memory as it uses it (32 KiB
+/// first), so the cap costs nothing until a thread needs it: 64 threads allocating a few
+/// KiB a frame hold 32 KiB each, 2 MiB of the 64 MiB scratch pool. Past what the pool can
+/// serve, `thread_arena_alloc` returns `None`; size the scratch pool
+/// ([`configure_global_pools`](crate::configure_global_pools)) for threads × their peak.
 pub const DEFAULT_THREAD_ARENA_CAPACITY: usize = 4 << 20;
+
+/// Usable bytes of a thread arena's first block.
+const FIRST_BLOCK: usize = 32 * 1024;
 
 static THREAD_ARENA_CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_THREAD_ARENA_CAPACITY);
 
-/// Sets the capacity of thread frame arenas created from now on (threads that already have
-/// one keep theirs). O(1).
+/// Sets the capacity (the cap on memory held) of thread frame arenas created from now on
+/// (threads that already have one keep theirs). O(1).
 ///
 /// ```
 /// nebula_memory::set_thread_arena_capacity(1 << 20);
@@ -51,15 +65,23 @@ static FRAME: AtomicU64 = AtomicU64::new(0);
 
 /// One thread's frame arena, shared with the registry.
 struct ThreadArena {
-    arena: FrameArena,
-    /// The frame the arena's contents belong to.
+    /// Used only by the owning thread, through `&` for allocation and `&mut` for resets.
+    arena: UnsafeCell<MemoryArena<'static>>,
+    /// The cap (usable bytes) it was made with.
+    capacity: usize,
+    /// The frame the arena's contents belong to. Written only by the owning thread.
     frame: AtomicU64,
+    /// Figures the owning thread publishes for others: bytes in use (as of its last
+    /// allocation or reset), bytes of blocks held, the most ever in use.
+    used: AtomicUsize,
+    held: AtomicUsize,
+    high: AtomicUsize,
 }
 
-// SAFETY: a `FrameArena` is `!Sync` because allocating is a load then a store of its
-// cursor. A `ThreadArena` is allocated from and reset only by its own thread (through that
-// thread's `THREAD_ARENA`); other threads reach it only through the registry, to read its
-// figures, which are atomics.
+// SAFETY: a `MemoryArena` is `!Sync` because allocating is a load then a store of its
+// cursor. The arena in a `ThreadArena` is used only by its own thread (through that
+// thread's `THREAD_ARENA`); other threads reach a `ThreadArena` only through the registry,
+// to read the figures, which are atomics.
 unsafe impl Sync for ThreadArena {}
 
 impl ThreadArena {
@@ -71,26 +93,68 @@ impl ThreadArena {
         if self.frame.load(Relaxed) != now {
             self.start_frame(now);
         }
-        self.arena.alloc(layout)
+        // SAFETY: only the owning thread reaches the arena, and it holds no `&mut` to it
+        // here (resets are not re-entrant with allocation).
+        let arena = unsafe { &*self.arena.get() };
+        let p = arena.try_alloc(layout).ok();
+        self.used.store(arena.bytes_used(), Relaxed);
+        self.held.store(arena.bytes_held(), Relaxed);
+        p
     }
 
     #[cold]
     fn start_frame(&self, now: u64) {
         // SAFETY: `thread_arena_alloc`'s contract: a pointer it returned stays valid only
         // until its thread's first `thread_arena_alloc` in a later frame, which is this
-        // call, made by the owning thread (no other thread allocates from or resets it).
-        unsafe { self.arena.reset() };
+        // call, made by the owning thread (no other thread allocates from or resets it);
+        // no other reference to the arena is alive during the call.
+        unsafe { self.reset() };
         self.frame.store(now, Relaxed);
+    }
+
+    /// Resets the arena and publishes its figures.
+    ///
+    /// # Safety
+    /// Called by the owning thread; no pointer from the arena is used afterwards and no
+    /// reference to it is alive.
+    unsafe fn reset(&self) {
+        // SAFETY: forwarded from the caller.
+        let arena = unsafe { &mut *self.arena.get() };
+        arena.reset();
+        self.high.store(arena.high_watermark(), Relaxed);
+        self.used.store(0, Relaxed);
+        self.held.store(arena.bytes_held(), Relaxed);
     }
 
     /// The arena's figures, as of the current frame: an arena whose contents belong to an
     /// earlier frame has nothing in use (its thread resets it at its next allocation).
+    /// From any thread: what the owner published.
     fn stats(&self) -> FrameArenaStats {
-        let mut s = self.arena.stats();
+        let mut used = self.used.load(Relaxed);
         if self.frame.load(Relaxed) != FRAME.load(Acquire) {
-            s.bytes_used = 0;
+            used = 0;
         }
-        s
+        FrameArenaStats {
+            bytes_used: used,
+            high_watermark: self.high.load(Relaxed).max(used),
+            capacity: self.capacity,
+            bytes_held: self.held.load(Relaxed),
+            blocks_taken: 0,
+            blocks_returned: 0,
+        }
+    }
+
+    /// [`ThreadArena::stats`] with the pool operations, read from the arena itself: only
+    /// for the owning thread.
+    fn own_stats(&self) -> FrameArenaStats {
+        // SAFETY: called by the owning thread, which holds no `&mut` to the arena here.
+        let arena = unsafe { &*self.arena.get() };
+        let all = arena.stats();
+        FrameArenaStats {
+            blocks_taken: all.blocks_taken,
+            blocks_returned: all.blocks_returned,
+            ..self.stats()
+        }
     }
 }
 
@@ -136,10 +200,17 @@ pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
             Some(mine) => mine.0.alloc(layout),
             None => {
                 let capacity = THREAD_ARENA_CAPACITY.load(Relaxed);
-                let arena = FrameArena::try_new_in(scratch_pool(), capacity).ok()?;
+                let config = ArenaConfig::default()
+                    .first_block(FIRST_BLOCK.min(capacity))
+                    .max_block(capacity)
+                    .held_limit(capacity);
                 let mine = Arc::new(ThreadArena {
-                    arena,
+                    arena: UnsafeCell::new(MemoryArena::with_config(scratch_pool(), config)),
+                    capacity,
                     frame: AtomicU64::new(FRAME.load(Acquire)),
+                    used: AtomicUsize::new(0),
+                    held: AtomicUsize::new(0),
+                    high: AtomicUsize::new(0),
                 });
                 REGISTRY.lock().push(Arc::clone(&mine));
                 cell.get_or_init(|| Registered(mine)).0.alloc(layout)
@@ -164,8 +235,9 @@ pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
 pub unsafe fn thread_arena_reset() {
     let _ = THREAD_ARENA.try_with(|cell| {
         if let Some(mine) = cell.get() {
-            // SAFETY: forwarded from the caller; this is the arena's own thread.
-            unsafe { mine.0.arena.reset() }
+            // SAFETY: forwarded from the caller; this is the arena's own thread, and no
+            // reference to the arena outlives a call of this module.
+            unsafe { mine.0.reset() }
         }
     });
 }
@@ -214,7 +286,7 @@ pub fn thread_arena_frame() -> u64 {
 /// ```
 pub fn thread_arena_stats() -> Option<FrameArenaStats> {
     THREAD_ARENA
-        .try_with(|cell| cell.get().map(|mine| mine.0.stats()))
+        .try_with(|cell| cell.get().map(|mine| mine.0.own_stats()))
         .ok()
         .flatten()
 }
@@ -234,8 +306,10 @@ pub struct ThreadArenasStats {
     pub bytes_used: usize,
     /// Each arena's high watermark, summed.
     pub high_watermark: usize,
-    /// Usable bytes, summed.
+    /// Caps (usable bytes), summed.
     pub capacity: usize,
+    /// Bytes of scratch-pool blocks the arenas hold, summed.
+    pub bytes_held: usize,
 }
 
 /// Every live thread's frame arena figures (as of the current frame), summed. While
@@ -257,6 +331,7 @@ pub fn all_thread_arenas_stats() -> ThreadArenasStats {
             t.bytes_used += s.bytes_used;
             t.high_watermark += s.high_watermark;
             t.capacity += s.capacity;
+            t.bytes_held += s.bytes_held;
             t
         })
 }
