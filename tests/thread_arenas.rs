@@ -121,3 +121,54 @@ fn a_frame_end_on_another_thread_leaves_this_threads_memory_alone() {
         "(kept value, frame ended, started over)"
     );
 }
+
+/// Per-thread frame arenas take memory as they use it: 64 threads that each allocate
+/// 1 KiB a frame for a few frames all get memory on the default scratch pool, and hold
+/// at most 64 KiB of it each (a cap of 4 MiB each would not fit 64 of them in 64 MiB).
+#[test]
+fn sixty_four_threads_fit_in_the_default_scratch_pool() {
+    const THREADS: usize = 64;
+    const FRAMES: usize = 3;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let sync = Barrier::new(THREADS + 1);
+    // Per thread: how many allocations failed, and the bytes its arena held at the end.
+    let results: Vec<(usize, usize)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let sync = &sync;
+                s.spawn(move || {
+                    let mut failed = 0;
+                    for _ in 0..FRAMES {
+                        match thread_arena_alloc(Layout::from_size_align(1024, 8).unwrap()) {
+                            // SAFETY: 1 KiB fresh bytes, ours for this frame.
+                            Some(p) => unsafe { p.as_ptr().write_bytes(0xAB, 1024) },
+                            None => failed += 1,
+                        }
+                        sync.wait(); // allocated
+                        sync.wait(); // frame ended
+                    }
+                    (failed, thread_arena_stats().map_or(0, |s| s.bytes_held))
+                })
+            })
+            .collect();
+        for _ in 0..FRAMES {
+            sync.wait();
+            end_thread_arena_frame();
+            sync.wait();
+        }
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let failed: usize = results.iter().map(|r| r.0).sum();
+    let held: usize = results.iter().map(|r| r.1).sum();
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {} allocations failed",
+        THREADS * FRAMES
+    );
+    assert!(
+        held <= THREADS * 64 * 1024,
+        "{THREADS} threads hold {held} bytes of the scratch pool"
+    );
+    assert!(held > 0, "the arenas report holding nothing");
+}

@@ -34,6 +34,8 @@ mod scratch;
 mod stats;
 
 pub use plugin::{MemoryPlugin, MemorySystems, reset_frame_arenas_system};
-pub use resources::{EngineMemory, FrameMemory, GameMemory, ResetGameArena};
+pub use resources::{
+    EngineMemory, FRAME_MEMORY_TRIM_AFTER_RESETS, FrameMemory, GameMemory, ResetGameArena,
+};
 pub use scratch::{Scratch, ScratchArenas, ScratchFrame};
 pub use stats::{FrameMemoryStats, MemoryBudgets, PoolUsage, paths};

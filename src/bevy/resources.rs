@@ -5,6 +5,7 @@ use std::ops::Deref;
 
 use bevy_ecs::prelude::*;
 
+use crate::arena::ArenaConfig;
 use crate::global::scratch_pool;
 use crate::shared::DoubleBufferedArena;
 use crate::shared::{GameArena, GameArenaGuard, SharedArena, engine_arena, game_arena};
@@ -156,6 +157,10 @@ pub(crate) fn reset_game_arena_on_request(
 /// in a component or a resource; any later system this frame or the next reads it with
 /// `get`. `MemoryPlugin` swaps the buffers at the frame's end.
 ///
+/// Each buffer is reset every other frame, and gives a spike's memory back after
+/// [`FRAME_MEMORY_TRIM_AFTER_RESETS`] resets that needed less than half of it (so within
+/// about 60 frames), not the 120 resets of [`ArenaConfig::default`].
+///
 /// ```
 /// use bevy_ecs::prelude::*;
 /// use nebula_memory::FrameHandle;
@@ -178,10 +183,16 @@ pub struct FrameMemory {
     frames: DoubleBufferedArena<'static>,
 }
 
+/// Resets in a row that a [`FrameMemory`] buffer must be more than twice too large before
+/// it is swapped for a smaller one: 30, about 60 frames, since each buffer is reset every
+/// other frame.
+pub const FRAME_MEMORY_TRIM_AFTER_RESETS: u32 = 30;
+
 impl Default for FrameMemory {
     fn default() -> Self {
+        let config = ArenaConfig::default().trim_after_resets(FRAME_MEMORY_TRIM_AFTER_RESETS);
         FrameMemory {
-            frames: DoubleBufferedArena::new(scratch_pool()),
+            frames: DoubleBufferedArena::with_config(scratch_pool(), config),
         }
     }
 }
