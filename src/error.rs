@@ -161,6 +161,18 @@ pub enum AllocError {
         /// Bytes left in the arena (alignment padding may also be needed).
         remaining: usize,
     },
+    /// The arena needed a new block and a hard budget of its ledger tag (or of a parent
+    /// tag) refused it ([`Budget::Limit`](crate::ledger::Budget::Limit)).
+    OverBudget {
+        /// The tag whose budget refused: the arena's own or a parent.
+        tag: &'static str,
+        /// That tag's hard budget, in bytes held.
+        budget: usize,
+        /// Bytes of the block asked for.
+        requested: usize,
+        /// Bytes the tag held when it refused.
+        held: usize,
+    },
 }
 
 impl AllocError {
@@ -185,6 +197,16 @@ impl fmt::Display for AllocError {
                 f,
                 "fixed-capacity arena on pool '{pool}' is full: asked for {requested} bytes, \
                  {remaining} left"
+            ),
+            AllocError::OverBudget {
+                tag,
+                budget,
+                requested,
+                held,
+            } => write!(
+                f,
+                "memory tag '{tag}' is over its budget: a block of {requested} bytes would take \
+                 it past its limit of {budget} bytes (it holds {held})"
             ),
         }
     }

@@ -74,6 +74,7 @@ mod error;
 mod frame;
 mod global;
 mod interface;
+pub mod ledger;
 mod maintain;
 mod per_thread;
 pub mod poison;

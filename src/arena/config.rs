@@ -33,6 +33,10 @@ pub struct ArenaConfig {
     /// When the pool is exhausted, take the block from the system heap instead of failing
     /// (a WARN event reports it; the block is freed by the next reset). Default `false`.
     pub heap_fallback: bool,
+    /// The ledger tag every block the arena takes is charged to (see
+    /// [`ledger`](crate::ledger)), set with [`ArenaConfig::tag`]. Default `None`: the
+    /// arena's blocks count as the untagged rest, and the ledger never hears of it.
+    pub tag: Option<&'static str>,
     /// `first_block` was set with the builder (so a size the pool cannot serve is a mistake
     /// to refuse, not a default to clamp).
     first_block_set: bool,
@@ -102,6 +106,28 @@ impl ArenaConfig {
 }
 
 impl ArenaConfig {
+    /// Sets the ledger [`tag`](ArenaConfig#structfield.tag): a `/`-separated path such as
+    /// `"render/meshing"`; every block the arena takes is charged to it (and to its
+    /// parents), and its budgets apply ([`ledger::set_budget`](crate::ledger::set_budget)).
+    /// O(1).
+    ///
+    /// # Panics
+    /// If `tag` is empty or has an empty segment (`"a//b"`, `"/a"`), naming the field.
+    ///
+    /// ```
+    /// use nebula_memory::{Arena, ArenaConfig, MemoryArena, scratch_pool};
+    /// let arena = MemoryArena::with_config(scratch_pool(), ArenaConfig::default().tag("doc/tag"));
+    /// arena.alloc_val(1u32);
+    /// let held = nebula_memory::ledger::snapshot().tag("doc/tag").unwrap().held;
+    /// assert_eq!(held, arena.bytes_held());
+    /// ```
+    #[track_caller]
+    pub fn tag(mut self, tag: &'static str) -> Self {
+        crate::ledger::check_tag("ArenaConfig::tag", tag);
+        self.tag = Some(tag);
+        self
+    }
+
     /// Caps the bytes of blocks the arena may hold (see `held_limit`).
     pub(crate) fn held_limit(mut self, bytes: usize) -> Self {
         self.held_limit = bytes;
@@ -116,6 +142,7 @@ impl Default for ArenaConfig {
             max_block: 16 << 20,
             trim_after_resets: 120,
             heap_fallback: false,
+            tag: None,
             first_block_set: false,
             held_limit: usize::MAX,
         }

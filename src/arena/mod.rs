@@ -165,6 +165,10 @@ impl<'pool> MemoryArena<'pool> {
     pub fn with_config(pool: &'pool MemoryPool, config: ArenaConfig) -> Self {
         config.check_against(pool);
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let mut chain = Chain::new();
+        if let Some(tag) = config.tag {
+            chain.set_tag(tag);
+        }
         MemoryArena {
             cursor: Cursor::empty(),
             peak_since_reset: AtomicUsize::new(0),
@@ -172,7 +176,7 @@ impl<'pool> MemoryArena<'pool> {
             generation: 0,
             steady_lo: AtomicUsize::new(NO_BAND.0),
             steady_span: AtomicUsize::new(NO_BAND.1),
-            chain: Mutex::new(Chain::new()),
+            chain: Mutex::new(chain),
             tags: Mutex::new(Vec::new()),
             quiet: Quiet::default(),
             config,
@@ -279,10 +283,8 @@ impl<'pool> MemoryArena<'pool> {
             cursor::window_need(layout).ok_or_else(|| AllocError::layout(self.pool.name()))?;
         self.leave_steady_state();
         let mut reports = Reports::default();
-        let grown =
-            self.chain
-                .lock()
-                .grow(self.pool, &self.cursor, needed, &self.config, &mut reports);
+        let mut chain = self.chain.lock();
+        let grown = chain.grow(self.pool, &self.cursor, needed, &self.config, &mut reports);
         let p = grown.map(|()| {
             let p = self
                 .cursor
@@ -292,6 +294,9 @@ impl<'pool> MemoryArena<'pool> {
             unsafe { poison::hand_out(p.as_ptr(), layout.size()) };
             p
         });
+        // The ledger learns an arena's use at block granularity: here and at reset.
+        chain.publish_used(self.cursor.position());
+        drop(chain);
         // Only now, with the chain unlocked and the request carved out, may user code run
         // (a `tracing` subscriber that allocates from this arena lands after `p`).
         reports.emit(self.pool);

@@ -51,6 +51,8 @@ impl<'pool> MemoryArena<'pool> {
             let high = self.high_watermark.get_mut();
             *high = (*high).max(peak);
             self.generation += 1;
+            // The ledger's `used`: the frame's peak, a plain store (none if untagged).
+            self.chain.get_mut().publish_used(peak);
             return;
         }
         self.reset_slow();
@@ -68,6 +70,7 @@ impl<'pool> MemoryArena<'pool> {
         self.generation += 1;
         self.tags.get_mut().clear();
         let chain = self.chain.get_mut();
+        chain.publish_used(peak);
         let single = chain.is_single_pool_block();
         let kept = if single {
             self.cursor.window_len()
@@ -87,6 +90,8 @@ impl<'pool> MemoryArena<'pool> {
             self.quiet = Quiet::default();
         }
         self.enter_steady_state();
+        // A replacement block may have crossed a tag's warn budget; nothing is locked now.
+        crate::ledger::emit_pending_warnings();
     }
 
     /// Works out the steady band after a full reset (see `steady_lo`).
@@ -148,6 +153,7 @@ impl<'pool> MemoryArena<'pool> {
         self.tags.get_mut().clear();
         self.quiet = Quiet::default();
         let chain = self.chain.get_mut();
+        chain.publish_used(0);
         // Poison and give back in one go: nothing handed out is alive (`&mut self`).
         chain.reset(self.pool, &self.cursor, Decision::Keep);
         chain.release_all(self.pool, &self.cursor);

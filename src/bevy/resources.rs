@@ -190,7 +190,9 @@ pub const FRAME_MEMORY_TRIM_AFTER_RESETS: u32 = 30;
 
 impl Default for FrameMemory {
     fn default() -> Self {
-        let config = ArenaConfig::default().trim_after_resets(FRAME_MEMORY_TRIM_AFTER_RESETS);
+        let config = ArenaConfig::default()
+            .trim_after_resets(FRAME_MEMORY_TRIM_AFTER_RESETS)
+            .tag(crate::ledger::tags::FRAME_MEMORY);
         FrameMemory {
             frames: DoubleBufferedArena::with_config(scratch_pool(), config),
         }

@@ -80,7 +80,8 @@ pub struct ScratchFrame {
 }
 
 impl ScratchArenas {
-    /// Scratch arenas whose blocks follow `config`. O(1).
+    /// Scratch arenas whose blocks follow `config`; without a tag in `config`, their
+    /// blocks are charged to the ledger tag `scratch/systems`. O(1).
     ///
     /// ```
     /// use nebula_memory::{ArenaConfig, bevy::ScratchArenas};
@@ -89,6 +90,11 @@ impl ScratchArenas {
     #[track_caller]
     pub fn with_config(config: ArenaConfig) -> Self {
         config.check_against(scratch_pool());
+        let config = if config.tag.is_none() {
+            config.tag(crate::ledger::tags::SCRATCH_SYSTEMS)
+        } else {
+            config
+        };
         ScratchArenas {
             owner: ScratchOwner::new(config),
         }

@@ -184,8 +184,9 @@ impl ScratchOwner {
 }
 
 /// The `with_scratch` owner.
-static WITH_SCRATCH: LazyLock<Arc<ScratchOwner>> =
-    LazyLock::new(|| ScratchOwner::new(ArenaConfig::default()));
+static WITH_SCRATCH: LazyLock<Arc<ScratchOwner>> = LazyLock::new(|| {
+    ScratchOwner::new(ArenaConfig::default().tag(crate::ledger::tags::WITH_SCRATCH))
+});
 
 /// One thread's scratch arenas. The lock is the owner thread's on every claim
 /// (uncontended) and a maintaining thread's while it trims.

@@ -203,7 +203,8 @@ pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
                 let config = ArenaConfig::default()
                     .first_block(FIRST_BLOCK.min(capacity))
                     .max_block(capacity)
-                    .held_limit(capacity);
+                    .held_limit(capacity)
+                    .tag(crate::ledger::tags::THREAD_ARENAS);
                 let mine = Arc::new(ThreadArena {
                     arena: UnsafeCell::new(MemoryArena::with_config(scratch_pool(), config)),
                     capacity,

@@ -26,8 +26,8 @@ mod stats;
 mod tlsf;
 
 use std::ptr::{self, NonNull};
-use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU32, AtomicUsize};
 
 use parking_lot::Mutex;
 
@@ -74,6 +74,9 @@ pub struct MemoryPool {
     name: &'static str,
     region: Region,
     state: Mutex<Box<State>>,
+    /// Bytes of this pool's blocks that tagged arenas hold now (charged to a ledger tag):
+    /// what the ledger subtracts from `in_use` for the untagged rest.
+    charged: AtomicUsize,
 }
 
 // SAFETY: the region is owned by the pool; every access to the free structure and to
@@ -181,6 +184,7 @@ impl MemoryPool {
             name,
             region,
             state: Mutex::new(state),
+            charged: AtomicUsize::new(0),
         })
     }
 
@@ -413,6 +417,20 @@ impl MemoryPool {
     /// header). O(1).
     pub(crate) fn max_usable(&self) -> usize {
         self.region.len() - HEADER
+    }
+
+    /// Bytes of this pool's blocks held by tagged arenas now (see `charged`).
+    pub(crate) fn charged(&self) -> usize {
+        self.charged.load(Relaxed)
+    }
+
+    /// A tagged arena took (`true`) or gave back a block of `bytes`.
+    pub(crate) fn note_charged(&self, bytes: usize, taken: bool) {
+        if taken {
+            self.charged.fetch_add(bytes, Relaxed);
+        } else {
+            self.charged.fetch_sub(bytes, Relaxed);
+        }
     }
 
     /// Whether `ptr` points into this pool's region. O(1).

@@ -19,8 +19,9 @@ use std::sync::OnceLock;
 use parking_lot::{RwLock, RwLockReadGuard};
 
 use super::SharedArena;
-use crate::arena::ArenaStats;
+use crate::arena::{ArenaConfig, ArenaStats};
 use crate::global::{engine_pool, game_pool};
+use crate::ledger::tags;
 
 /// The engine's shared arena, on [`engine_pool`], created on first use. Never reset:
 /// what is allocated from it stays for the life of the process. Any thread may allocate
@@ -33,7 +34,9 @@ use crate::global::{engine_pool, game_pool};
 /// ```
 pub fn engine_arena() -> &'static SharedArena<'static> {
     static ENGINE: OnceLock<SharedArena<'static>> = OnceLock::new();
-    ENGINE.get_or_init(|| SharedArena::new(engine_pool()))
+    ENGINE.get_or_init(|| {
+        SharedArena::with_config(engine_pool(), ArenaConfig::default().tag(tags::ENGINE))
+    })
 }
 
 /// The level arena, on [`game_pool`], created on first use: allocate through
@@ -53,7 +56,10 @@ pub fn engine_arena() -> &'static SharedArena<'static> {
 pub fn game_arena() -> &'static GameArena {
     static GAME: OnceLock<GameArena> = OnceLock::new();
     GAME.get_or_init(|| GameArena {
-        arena: RwLock::new(SharedArena::new(game_pool())),
+        arena: RwLock::new(SharedArena::with_config(
+            game_pool(),
+            ArenaConfig::default().tag(tags::GAME),
+        )),
     })
 }
 

@@ -6,10 +6,12 @@
 //! empty spares a rewind left behind, reused before any new block is taken. With no block,
 //! `current` is null and the cursor sits at the sentinel.
 //!
-//! Blocks come from the arena's pool ([`Chain::take`]) or, with `heap_fallback`, from the
-//! system heap when the pool is exhausted; they go back one at a time through
-//! [`Chain::release`], the single place where a block leaves an arena (where a profiler
-//! hook belongs), called by the one walk that releases a list ([`Chain::release_list`]).
+//! Blocks come from the arena's pool ([`Chain::take_block`]) or, with `heap_fallback`,
+//! from the system heap when the pool is exhausted ([`Chain::take_from_heap`]); they go
+//! back one at a time through [`Chain::release`], the single place where a block leaves an
+//! arena, called by the one walk that releases a list ([`Chain::release_list`]). Those
+//! three are where the ledger hooks in: a tagged chain charges each block to its tag (and
+//! the tag's budgets may refuse it) and tells the ledger's event sink.
 
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,8 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::config::ArenaConfig;
 use super::cursor::Cursor;
 use super::policy::round_block;
-use crate::block::{MemoryBlock, Word};
+use crate::block::{HEADER, MIN_BLOCK, MemoryBlock, Word};
 use crate::error::AllocError;
+use crate::ledger::{self, LedgerEvent, TagNode, UsedSlot};
 use crate::poison;
 use crate::pool::MemoryPool;
 
@@ -60,6 +63,8 @@ pub(crate) struct Reports {
 impl Reports {
     /// Emits the recorded events. Runs user code: call it with no lock of the arena held.
     pub(crate) fn emit(self, pool: &MemoryPool) {
+        // Budget crossings the growth recorded (O(1) when there are none).
+        ledger::emit_pending_warnings();
         if let Some(cause) = &self.exhausted {
             pool.report_exhausted(cause);
         }
@@ -97,6 +102,15 @@ pub(crate) struct Chain {
     heap_episode: u64,
     /// Heap blocks taken, ever.
     heap_taken: u64,
+    /// The ledger tag the blocks are charged to, and where the arena publishes its bytes
+    /// in use for it; `None`: untagged, the ledger never hears of this chain.
+    tag: Option<Tag>,
+}
+
+/// A chain's ledger tag.
+pub(crate) struct Tag {
+    node: &'static TagNode,
+    used: std::sync::Arc<UsedSlot>,
 }
 
 /// How `Chain::take_block` asks the pool.
@@ -160,6 +174,25 @@ impl Chain {
             blocks_returned: 0,
             heap_episode: 0,
             heap_taken: 0,
+            tag: None,
+        }
+    }
+
+    /// Charges this (empty) chain's blocks to `tag` from now on.
+    pub(crate) fn set_tag(&mut self, tag: &'static str) {
+        debug_assert_eq!(self.block_count, 0, "tagging a chain that holds blocks");
+        let node = ledger::node(tag);
+        self.tag = Some(Tag {
+            node,
+            used: node.register_arena(),
+        });
+    }
+
+    /// Publishes the arena's bytes in use to its tag (a plain store; nothing if untagged).
+    #[inline]
+    pub(crate) fn publish_used(&self, bytes: usize) {
+        if let Some(t) = &self.tag {
+            t.used.publish(bytes);
         }
     }
 
@@ -294,13 +327,15 @@ impl Chain {
                 self.heap_episode = 0;
                 return Ok(b);
             }
-            Err(e) => e,
+            Err(AllocError::Pool(e)) => e,
+            // A budget refusal: the heap fallback does not get around it.
+            Err(e) => return Err(e),
         };
         let exhausted = matches!(e, crate::error::PoolError::Exhausted { .. });
         // Heap blocks grow like pool blocks (the growth rule's size, without the pool's
         // clamp), so a long exhaustion costs a few heap blocks, not one per request.
         let heap = if config.heap_fallback {
-            self.take_from_heap(grown)
+            self.take_from_heap(grown)?
         } else {
             None
         };
@@ -336,13 +371,16 @@ impl Chain {
             self.first.is_null(),
             "take_fixed on a chain that holds blocks"
         );
-        let block = self
-            .take_block(pool, usable, Ask::ForReal)
-            .inspect_err(|e| {
+        let block = match self.take_block(pool, usable, Ask::ForReal) {
+            Ok(block) => block,
+            Err(AllocError::Pool(e)) => {
                 if matches!(e, crate::error::PoolError::Exhausted { .. }) {
                     reports.exhausted = Some(e.clone());
                 }
-            })?;
+                return Err(e);
+            }
+            Err(e) => unreachable!("a fixed-capacity chain has no tag, so no budget: {e}"),
+        };
         self.first = block;
         self.enter(cursor, block);
         // The block holds at least `usable` bytes: narrow the window to exactly that.
@@ -353,20 +391,56 @@ impl Chain {
 
     /// Takes a block with at least `usable` bytes from the pool: with
     /// [`Chain::release`], the one place where a pool block comes to or leaves an arena
-    /// (what [`ChainFigures`] counts, and where a profiler hook belongs). The block is
-    /// unlinked and empty; the caller links it.
+    /// (what [`ChainFigures`] counts, and where the ledger hooks in). The block is unlinked
+    /// and empty; the caller links it.
+    ///
+    /// # Errors
+    /// `AllocError::Pool` with the pool's refusal, or `AllocError::OverBudget` if the
+    /// chain's tag (or a parent) may not hold another block of that size.
     pub(crate) fn take_block(
         &mut self,
         pool: &MemoryPool,
         usable: usize,
         ask: Ask,
-    ) -> Result<*mut MemoryBlock, crate::error::PoolError> {
+    ) -> Result<*mut MemoryBlock, AllocError> {
+        // What the pool will hand out: `usable` rounded to 16, plus the header (it may add
+        // a remainder too small to split, less than `MIN_BLOCK`; settled below).
+        let estimate = usable
+            .checked_next_multiple_of(16)
+            .and_then(|n| n.checked_add(HEADER))
+            .map_or(usize::MAX, |n| n.max(MIN_BLOCK));
+        if let Some(t) = &self.tag {
+            t.node.charge(estimate, false)?;
+        }
         let block = match ask {
             Ask::Tentatively => pool.allocate_block_quietly(usable),
             Ask::ForReal => pool.allocate_block_unreported(usable),
-        }?;
+        };
+        let block = match block {
+            Ok(block) => block,
+            Err(e) => {
+                if let Some(t) = &self.tag {
+                    t.node.uncharge(estimate, false);
+                }
+                return Err(AllocError::Pool(e));
+            }
+        };
         self.blocks_taken += 1;
-        Ok(self.adopt(block))
+        let b = self.adopt(block);
+        if let Some(t) = &self.tag {
+            // SAFETY: a fresh block we own.
+            let size = unsafe { (*b).size };
+            t.node.settle(estimate, size, false);
+            pool.note_charged(size, true);
+            let tag = t.node.path;
+            ledger::send(|| LedgerEvent::BlockTaken {
+                tag,
+                addr: b.addr(),
+                bytes: size,
+                heap: false,
+            });
+        }
+        Ok(b)
     }
 
     /// Bookkeeping for a fresh block we now own (from the pool or the heap).
@@ -384,13 +458,39 @@ impl Chain {
 
     /// `heap_fallback`: the pool refused; take the block from the system heap (`None` if
     /// the heap refuses too).
+    ///
+    /// # Errors
+    /// `AllocError::OverBudget` if the chain's tag may not hold it: the heap does not get
+    /// around a budget.
     #[cold]
-    fn take_from_heap(&mut self, needed: usize) -> Option<*mut MemoryBlock> {
-        let block = MemoryBlock::heap(needed)?;
+    fn take_from_heap(&mut self, needed: usize) -> Result<Option<*mut MemoryBlock>, AllocError> {
+        let estimate = needed.saturating_add(HEADER);
+        if let Some(t) = &self.tag {
+            t.node.charge(estimate, true)?;
+        }
+        let Some(block) = MemoryBlock::heap(needed) else {
+            if let Some(t) = &self.tag {
+                t.node.uncharge(estimate, true);
+            }
+            return Ok(None);
+        };
         self.heap_blocks += 1;
         self.heap_taken += 1;
         HEAP_FALLBACKS.fetch_add(1, Ordering::Relaxed);
-        Some(self.adopt(block))
+        let b = self.adopt(block);
+        if let Some(t) = &self.tag {
+            // SAFETY: a fresh block we own.
+            let size = unsafe { (*b).size };
+            t.node.settle(estimate, size, true);
+            let tag = t.node.path;
+            ledger::send(|| LedgerEvent::BlockTaken {
+                tag,
+                addr: b.addr(),
+                bytes: size,
+                heap: true,
+            });
+        }
+        Ok(Some(b))
     }
 
     /// Gives one block back to where it came from (its pool, or the heap). The one place
@@ -402,8 +502,23 @@ impl Chain {
     unsafe fn release(&mut self, pool: &MemoryPool, block: *mut MemoryBlock) {
         // SAFETY: the caller hands over a dead block we own.
         unsafe {
-            self.bytes_held -= (*block).size;
+            let size = (*block).size;
+            self.bytes_held -= size;
             self.block_count -= 1;
+            if let Some(t) = &self.tag {
+                let heap = (*block).is_heap();
+                t.node.release(size, heap);
+                if !heap {
+                    pool.note_charged(size, false);
+                }
+                let tag = t.node.path;
+                ledger::send(|| LedgerEvent::BlockReturned {
+                    tag,
+                    addr: block.addr(),
+                    bytes: size,
+                    heap,
+                });
+            }
             if (*block).is_heap() {
                 self.heap_blocks -= 1;
                 MemoryBlock::free_heap(nn(block));

@@ -1,0 +1,194 @@
+//! Where the memory goes: a process-wide ledger of tags, with budgets.
+//!
+//! Every arena can carry a **tag**, a `/`-separated path such as `"render/meshing"`, set in
+//! its [`ArenaConfig`](crate::ArenaConfig::tag). When a tagged arena takes a block from its
+//! pool, the block's whole size is charged to the tag and to each of its parents; when the
+//! block goes back, it is uncharged. So each byte of a pool is charged once, to the
+//! arena that holds it, and a parent's figures are its children's together. The crate's
+//! own arenas carry tags: `engine` and `game` (the shared arenas), and under `scratch`:
+//! `scratch/with_scratch`, `scratch/thread_arenas`, and with Bevy `scratch/systems`
+//! (`Scratch`) and `scratch/frame_memory` (`FrameMemory`). What no tag holds is shown as
+//! the untagged rest.
+//!
+//! **Block granularity is the point.** The ledger is touched only where an arena takes or
+//! gives back a block (its slow path, a few times per frame at most) and by a plain store
+//! of the frame's peak at reset: the bump path pays nothing, not even an atomic. Budgets
+//! are checked in the same place: a [`Budget::Limit`] refuses the block (the arena's `try_`
+//! forms return [`AllocError::OverBudget`](crate::AllocError::OverBudget); the heap
+//! fallback does not get around it), a [`Budget::Warn`] sends one `tracing` WARN when the
+//! tag's holdings cross it, and again only after they fell back below.
+//!
+//! A [`snapshot`] is a value: it prints as a tree table and writes CSV rows (one per tag
+//! per frame). With the `tracy` feature, [`enable_tracy`] shows each tag as a named memory
+//! pool in Tracy, with per-frame plots of held and used bytes ([`end_frame`]).
+//!
+//! ```
+//! use nebula_memory::ledger::{self, Budget};
+//! use nebula_memory::{Arena, ArenaConfig, MemoryArena, MemoryPool, AllocError};
+//!
+//! let pool = MemoryPool::new("doc-ledger", 8 << 20).unwrap();
+//! ledger::set_budget("doc/ai", Budget::Limit(256 << 10));
+//! let ai = MemoryArena::with_config(&pool, ArenaConfig::default().tag("doc/ai"));
+//! let physics = MemoryArena::with_config(&pool, ArenaConfig::default().tag("doc/physics"));
+//!
+//! // The runaway system is stopped by its budget...
+//! let err = ai.try_alloc_slice_copy(&[0u8; 300 << 10]).unwrap_err();
+//! assert!(matches!(err, AllocError::OverBudget { tag: "doc/ai", .. }));
+//! // ...while its sibling keeps allocating.
+//! physics.alloc_slice(300 << 10, 0u8);
+//! let snap = ledger::snapshot();
+//! assert_eq!(snap.tag("doc").unwrap().held, snap.tag("doc/physics").unwrap().held);
+//! ```
+
+mod events;
+mod node;
+mod snapshot;
+#[cfg(feature = "tracy")]
+mod tracy_sink;
+
+pub(crate) use events::send;
+pub use events::{LedgerEvent, record_events, take_recorded_events};
+pub(crate) use node::{TagNode, UsedSlot, check_tag, emit_pending_warnings, node};
+pub use snapshot::{LedgerSnapshot, TagFigures};
+#[cfg(feature = "tracy")]
+pub use tracy_sink::enable_tracy;
+
+use crate::global;
+
+/// The tags of the crate's own arenas.
+pub mod tags {
+    /// [`engine_arena`](crate::engine_arena)'s blocks.
+    pub const ENGINE: &str = "engine";
+    /// [`game_arena`](crate::game_arena)'s blocks.
+    pub const GAME: &str = "game";
+    /// The parent of every tag on the scratch pool below.
+    pub const SCRATCH: &str = "scratch";
+    /// [`with_scratch`](crate::with_scratch)'s arenas.
+    pub const WITH_SCRATCH: &str = "scratch/with_scratch";
+    /// The per-thread frame arenas of [`thread_arena_alloc`](crate::thread_arena_alloc).
+    pub const THREAD_ARENAS: &str = "scratch/thread_arenas";
+    /// The Bevy `Scratch` system parameter's arenas (unless their config names another).
+    pub const SCRATCH_SYSTEMS: &str = "scratch/systems";
+    /// The Bevy `FrameMemory` resource's double-buffered arena.
+    pub const FRAME_MEMORY: &str = "scratch/frame_memory";
+}
+
+/// A budget for a tag, in bytes held (pool blocks and heap-fallback blocks, the tag's
+/// children included): see [`set_budget`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Budget {
+    /// One `tracing` WARN when the tag's holdings rise above this, again only after they
+    /// fell back to it or below.
+    Warn(usize),
+    /// A block that would take the tag's holdings above this is refused:
+    /// `AllocError::OverBudget`. (The pool rounds each block up by at most 47 bytes after
+    /// the check, so holdings can pass the limit by that much per block.)
+    Limit(usize),
+}
+
+/// Sets a budget of `tag` (a `/`-separated path; a parent's budget covers its children):
+/// a `Warn` and a `Limit` can both be set, by two calls. Applies to blocks taken from now
+/// on; blocks held already stay. O(tags).
+///
+/// # Panics
+/// If `tag` is not a path of non-empty segments.
+///
+/// ```
+/// use nebula_memory::ledger::{self, Budget};
+/// ledger::set_budget("doc/budget", Budget::Warn(1 << 20));
+/// ledger::set_budget("doc/budget", Budget::Limit(2 << 20));
+/// let f = ledger::snapshot().tag("doc/budget").unwrap();
+/// assert_eq!((f.warn_budget, f.limit_budget), (Some(1 << 20), Some(2 << 20)));
+/// ```
+#[track_caller]
+pub fn set_budget(tag: &'static str, budget: Budget) {
+    check_tag("ledger::set_budget", tag);
+    let n = node(tag);
+    match budget {
+        Budget::Warn(bytes) => n.set_warn(bytes),
+        Budget::Limit(bytes) => n.set_limit(bytes),
+    }
+}
+
+/// Removes both budgets of `tag`. O(tags).
+///
+/// ```
+/// use nebula_memory::ledger::{self, Budget};
+/// ledger::set_budget("doc/cleared", Budget::Limit(1));
+/// ledger::clear_budgets("doc/cleared");
+/// assert_eq!(ledger::snapshot().tag("doc/cleared").unwrap().limit_budget, None);
+/// ```
+#[track_caller]
+pub fn clear_budgets(tag: &'static str) {
+    check_tag("ledger::clear_budgets", tag);
+    node(tag).clear_budgets();
+}
+
+/// Every tag's figures now, and the untagged rest of the global pools. O(tags + arenas
+/// per tag).
+///
+/// ```
+/// let snap = nebula_memory::ledger::snapshot();
+/// assert!(snap.total() >= snap.untagged());
+/// ```
+pub fn snapshot() -> LedgerSnapshot {
+    emit_pending_warnings();
+    let nodes = node::all_nodes();
+    let rows = nodes
+        .iter()
+        .map(|n| {
+            let children: Vec<&'static TagNode> = nodes
+                .iter()
+                .copied()
+                .filter(|c| is_below(c.path, n.path))
+                .collect();
+            let r = n.read(&children);
+            let figures = TagFigures {
+                held: r.held,
+                peak_held: r.peak_held,
+                used: r.used,
+                heap_held: r.heap_held,
+                blocks_taken: r.blocks_taken,
+                blocks_returned: r.blocks_returned,
+                heap_fallbacks: r.heap_fallbacks,
+                warn_budget: r.warn,
+                limit_budget: r.limit,
+            };
+            (n.path, figures)
+        })
+        .collect();
+    let untagged = global::created_pools()
+        .into_iter()
+        .flatten()
+        .map(|p| p.stats().in_use.saturating_sub(p.charged()))
+        .fold(0usize, usize::saturating_add);
+    LedgerSnapshot::new(rows, untagged)
+}
+
+/// Whether `path` lies below `parent` (`"a/b/c"` below `"a"` and `"a/b"`).
+fn is_below(path: &str, parent: &str) -> bool {
+    path.len() > parent.len() && path.starts_with(parent) && path[parent.len()..].starts_with('/')
+}
+
+/// Ends a frame for the ledger: takes a [`snapshot`], sends each tag's held and used bytes
+/// to the profiler as plots (and a frame mark if asked for), and returns the snapshot. The
+/// Bevy plugin calls it at each frame's end; other games call it once a frame. O(tags).
+///
+/// ```
+/// let snap = nebula_memory::ledger::end_frame();
+/// assert!(snap.total() >= snap.untagged());
+/// ```
+pub fn end_frame() -> LedgerSnapshot {
+    let snap = snapshot();
+    for (tag, f) in snap.tags() {
+        send(|| LedgerEvent::Plot {
+            tag,
+            held: f.held,
+            used: f.used,
+        });
+    }
+    if events::frame_marks() {
+        send(|| LedgerEvent::FrameMark);
+    }
+    snap
+}

@@ -1,0 +1,290 @@
+//! One tag of the ledger: its counters and budgets, and the registry that interns tags.
+//!
+//! A tag is a `/`-separated path. Each path has one [`TagNode`], created on first use and
+//! never freed (a program names a bounded set of tags), so arenas and the registry hold
+//! `&'static TagNode`s. Every counter of a node covers the node and its children: a block
+//! charged to `"render/meshing"` is added to `"render/meshing"` and to `"render"` when it
+//! is taken, so a snapshot reads figures and never adds them up.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use crate::error::AllocError;
+
+/// No budget of this kind.
+const NONE: usize = usize::MAX;
+
+/// The bytes one arena used, as it last published them (see [`TagNode::used`]).
+#[derive(Default)]
+pub(crate) struct UsedSlot(AtomicUsize);
+
+impl UsedSlot {
+    /// Publishes the arena's bytes in use: a plain store, cheap enough for `reset`.
+    #[inline]
+    pub(crate) fn publish(&self, bytes: usize) {
+        self.0.store(bytes, Relaxed);
+    }
+}
+
+/// One tag's figures, its own and its children's together.
+pub(crate) struct TagNode {
+    pub(crate) path: &'static str,
+    /// The tag one level up (`"render"` for `"render/meshing"`).
+    pub(crate) parent: Option<&'static TagNode>,
+    /// Bytes of pool blocks charged now; its most ever.
+    held: AtomicUsize,
+    peak_held: AtomicUsize,
+    /// Bytes of heap-fallback blocks charged now.
+    heap_held: AtomicUsize,
+    blocks_taken: AtomicU64,
+    blocks_returned: AtomicU64,
+    heap_fallbacks: AtomicU64,
+    /// Budgets in bytes held (pool and heap blocks); `NONE` if unset.
+    warn: AtomicUsize,
+    limit: AtomicUsize,
+    /// `held` is above `warn` and the crossing was reported (or is about to be): no second
+    /// WARN until it fell back to `warn` or below.
+    over_warn: AtomicBool,
+    /// A crossing of `warn` waits to be reported (after the arena's lock is released).
+    warn_pending: AtomicBool,
+    /// The arenas charging to exactly this tag, for `used`.
+    arenas: Mutex<Vec<Weak<UsedSlot>>>,
+}
+
+/// Every tag so far. Tags are few and looked up only when an arena is made or a budget
+/// set, so a list is enough.
+static REGISTRY: Mutex<Vec<&'static TagNode>> = Mutex::new(Vec::new());
+
+/// A crossing of some warn budget waits to be reported.
+static ANY_WARN_PENDING: AtomicBool = AtomicBool::new(false);
+
+/// Checks that `tag` is a `/`-separated path of non-empty segments; the panic names the
+/// caller's field.
+#[track_caller]
+pub(crate) fn check_tag(field: &str, tag: &str) {
+    assert!(
+        !tag.is_empty() && tag.split('/').all(|s| !s.is_empty()),
+        "{field}: tag {tag:?} is not a '/'-separated path of non-empty segments \
+         (for example \"render/meshing\")"
+    );
+}
+
+/// The node of `path`, created (with its parents) on first use. O(tags).
+pub(crate) fn node(path: &'static str) -> &'static TagNode {
+    let mut registry = REGISTRY.lock();
+    intern(&mut registry, path)
+}
+
+fn intern(registry: &mut Vec<&'static TagNode>, path: &'static str) -> &'static TagNode {
+    if let Some(n) = registry.iter().find(|n| n.path == path) {
+        return n;
+    }
+    let parent = path.rfind('/').map(|i| intern(registry, &path[..i]));
+    let node: &'static TagNode = Box::leak(Box::new(TagNode {
+        path,
+        parent,
+        held: AtomicUsize::new(0),
+        peak_held: AtomicUsize::new(0),
+        heap_held: AtomicUsize::new(0),
+        blocks_taken: AtomicU64::new(0),
+        blocks_returned: AtomicU64::new(0),
+        heap_fallbacks: AtomicU64::new(0),
+        warn: AtomicUsize::new(NONE),
+        limit: AtomicUsize::new(NONE),
+        over_warn: AtomicBool::new(false),
+        warn_pending: AtomicBool::new(false),
+        arenas: Mutex::new(Vec::new()),
+    }));
+    registry.push(node);
+    node
+}
+
+/// Every node so far, parents before children, in the order tags were first used.
+pub(crate) fn all_nodes() -> Vec<&'static TagNode> {
+    REGISTRY.lock().clone()
+}
+
+/// One tag's figures at one moment (see `TagFigures` for their meaning).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reading {
+    pub(crate) held: usize,
+    pub(crate) peak_held: usize,
+    pub(crate) heap_held: usize,
+    pub(crate) used: usize,
+    pub(crate) blocks_taken: u64,
+    pub(crate) blocks_returned: u64,
+    pub(crate) heap_fallbacks: u64,
+    pub(crate) warn: Option<usize>,
+    pub(crate) limit: Option<usize>,
+}
+
+fn budget(v: usize) -> Option<usize> {
+    (v != NONE).then_some(v)
+}
+
+impl TagNode {
+    /// This node, then each parent up to the top level.
+    fn lineage(&'static self) -> impl Iterator<Item = &'static TagNode> {
+        std::iter::successors(Some(self), |n| n.parent)
+    }
+
+    /// Sets the warn or the hard budget (`NONE` clears it).
+    pub(crate) fn set_warn(&self, bytes: usize) {
+        self.warn.store(bytes, Relaxed);
+        self.over_warn.store(false, Relaxed);
+    }
+
+    pub(crate) fn set_limit(&self, bytes: usize) {
+        self.limit.store(bytes, Relaxed);
+    }
+
+    pub(crate) fn clear_budgets(&self) {
+        self.set_warn(NONE);
+        self.set_limit(NONE);
+    }
+
+    /// Registers an arena that charges to this tag; its slot carries what it publishes.
+    pub(crate) fn register_arena(&self) -> Arc<UsedSlot> {
+        let slot = Arc::new(UsedSlot::default());
+        let mut arenas = self.arenas.lock();
+        arenas.retain(|w| w.strong_count() > 0);
+        arenas.push(Arc::downgrade(&slot));
+        slot
+    }
+
+    /// Charges `bytes` to this tag and its parents before a block is taken: refused with
+    /// `AllocError::OverBudget` (naming the tag whose hard budget it would pass, nearest
+    /// first) and nothing charged, if any of them would then hold more than its limit.
+    /// `heap`: the block comes from the system heap. Follow with [`TagNode::settle`] once
+    /// the block is there, or [`TagNode::uncharge`] if it never comes.
+    pub(crate) fn charge(&'static self, bytes: usize, heap: bool) -> Result<(), AllocError> {
+        for (i, n) in self.lineage().enumerate() {
+            let counter = if heap { &n.heap_held } else { &n.held };
+            let was = counter.fetch_add(bytes, Relaxed);
+            let other = if heap { &n.held } else { &n.heap_held }.load(Relaxed);
+            let now = was.saturating_add(bytes).saturating_add(other);
+            let limit = n.limit.load(Relaxed);
+            if now > limit {
+                counter.fetch_sub(bytes, Relaxed);
+                for m in self.lineage().take(i) {
+                    if heap { &m.heap_held } else { &m.held }.fetch_sub(bytes, Relaxed);
+                }
+                return Err(AllocError::OverBudget {
+                    tag: n.path,
+                    budget: limit,
+                    requested: bytes,
+                    held: now - bytes,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes back a charge whose block never came.
+    pub(crate) fn uncharge(&'static self, bytes: usize, heap: bool) {
+        for n in self.lineage() {
+            if heap { &n.heap_held } else { &n.held }.fetch_sub(bytes, Relaxed);
+        }
+    }
+
+    /// The block of a charge of `charged` bytes came and has `actual` bytes (the pool
+    /// rounds up a little): corrects the charge and counts the block.
+    pub(crate) fn settle(&'static self, charged: usize, actual: usize, heap: bool) {
+        for n in self.lineage() {
+            let counter = if heap { &n.heap_held } else { &n.held };
+            if actual >= charged {
+                counter.fetch_add(actual - charged, Relaxed);
+            } else {
+                counter.fetch_sub(charged - actual, Relaxed);
+            }
+            if heap {
+                n.heap_fallbacks.fetch_add(1, Relaxed);
+            } else {
+                n.blocks_taken.fetch_add(1, Relaxed);
+                n.peak_held.fetch_max(n.held.load(Relaxed), Relaxed);
+            }
+            let total = n
+                .held
+                .load(Relaxed)
+                .saturating_add(n.heap_held.load(Relaxed));
+            if total > n.warn.load(Relaxed) && !n.over_warn.swap(true, Relaxed) {
+                n.warn_pending.store(true, Relaxed);
+                ANY_WARN_PENDING.store(true, Relaxed);
+            }
+        }
+    }
+
+    /// A block of `bytes` went back to its pool (or the heap).
+    pub(crate) fn release(&'static self, bytes: usize, heap: bool) {
+        for n in self.lineage() {
+            let counter = if heap { &n.heap_held } else { &n.held };
+            counter.fetch_sub(bytes, Relaxed);
+            if !heap {
+                n.blocks_returned.fetch_add(1, Relaxed);
+            }
+            let total = n
+                .held
+                .load(Relaxed)
+                .saturating_add(n.heap_held.load(Relaxed));
+            if total <= n.warn.load(Relaxed) {
+                n.over_warn.store(false, Relaxed);
+            }
+        }
+    }
+
+    /// The node's figures now; `used` sums what the arenas of this tag and of its
+    /// children published (`children` are every node below this one).
+    pub(crate) fn read(&self, children: &[&'static TagNode]) -> Reading {
+        let own_used = |n: &TagNode| -> usize {
+            n.arenas
+                .lock()
+                .iter()
+                .filter_map(Weak::upgrade)
+                .map(|s| s.0.load(Relaxed))
+                .fold(0usize, usize::saturating_add)
+        };
+        let used = children
+            .iter()
+            .map(|c| own_used(c))
+            .fold(own_used(self), usize::saturating_add);
+        Reading {
+            held: self.held.load(Relaxed),
+            peak_held: self.peak_held.load(Relaxed),
+            heap_held: self.heap_held.load(Relaxed),
+            used,
+            blocks_taken: self.blocks_taken.load(Relaxed),
+            blocks_returned: self.blocks_returned.load(Relaxed),
+            heap_fallbacks: self.heap_fallbacks.load(Relaxed),
+            warn: budget(self.warn.load(Relaxed)),
+            limit: budget(self.limit.load(Relaxed)),
+        }
+    }
+}
+
+/// Emits one `tracing` WARN for each tag whose warn budget was crossed since the last call.
+/// Runs user code (subscribers): call it with no arena lock held. O(1) when nothing is
+/// pending, O(tags) otherwise.
+pub(crate) fn emit_pending_warnings() {
+    if !ANY_WARN_PENDING.swap(false, Relaxed) {
+        return;
+    }
+    for n in all_nodes() {
+        if n.warn_pending.swap(false, Relaxed) {
+            let held = n
+                .held
+                .load(Relaxed)
+                .saturating_add(n.heap_held.load(Relaxed));
+            let budget = n.warn.load(Relaxed);
+            let tag = n.path;
+            tracing::warn!(
+                tag,
+                held,
+                budget,
+                "memory tag '{tag}' holds {held} bytes, over its warn budget of {budget} bytes"
+            );
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! A snapshot of the ledger: every tag's figures at one moment, as a value that prints as
+//! a tree table and writes CSV rows.
+
+use std::fmt;
+use std::io;
+
+/// One tag's figures; a parent's include its children's.
+///
+/// ```
+/// use nebula_memory::{Arena, ArenaConfig, MemoryArena, scratch_pool};
+/// let arena = MemoryArena::with_config(scratch_pool(), ArenaConfig::default().tag("doc/figures"));
+/// arena.alloc_val(1u64);
+/// let f = nebula_memory::ledger::snapshot().tag("doc/figures").unwrap();
+/// assert_eq!(f.held, arena.bytes_held());
+/// assert_eq!(f.blocks_taken, 1);
+/// ```
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TagFigures {
+    /// Bytes of pool blocks charged to the tag (and its children) now, headers included.
+    pub held: usize,
+    /// The most `held` ever.
+    pub peak_held: usize,
+    /// Bytes the tag's arenas use, as each last published it: at each reset (the peak of
+    /// the frame that ended) and whenever it takes a block. The bump path publishes
+    /// nothing, so an arena that is never reset shows its use as of its last new block.
+    pub used: usize,
+    /// Bytes of heap-fallback blocks charged now (not in `held`: they are not pool memory).
+    pub heap_held: usize,
+    /// Pool blocks taken, ever.
+    pub blocks_taken: u64,
+    /// Pool blocks given back, ever.
+    pub blocks_returned: u64,
+    /// Blocks taken from the system heap because the pool was exhausted, ever.
+    pub heap_fallbacks: u64,
+    /// The warn budget in bytes held (pool and heap), if set.
+    pub warn_budget: Option<usize>,
+    /// The hard budget in bytes held (pool and heap), if set.
+    pub limit_budget: Option<usize>,
+}
+
+/// One row of a snapshot.
+#[derive(Clone, Debug)]
+struct Row {
+    tag: &'static str,
+    depth: usize,
+    figures: TagFigures,
+}
+
+/// Every tag's figures at one moment ([`snapshot`](super::snapshot)), in tree order
+/// (each tag followed by its children), and the untagged rest of the global pools.
+///
+/// Counters are read one by one while other threads may go on taking blocks, so figures
+/// taken during heavy activity can disagree by a block or so.
+///
+/// ```
+/// use nebula_memory::{Arena, ArenaConfig, MemoryArena, scratch_pool};
+/// let config = ArenaConfig::default().tag("doc/tree/leaf");
+/// let arena = MemoryArena::with_config(scratch_pool(), config);
+/// arena.alloc_val(1u8);
+/// let snap = nebula_memory::ledger::snapshot();
+/// assert_eq!(snap.tag("doc/tree").unwrap().held, snap.tag("doc/tree/leaf").unwrap().held);
+/// println!("{snap}"); // a tree table
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct LedgerSnapshot {
+    rows: Vec<Row>,
+    untagged: usize,
+}
+
+impl LedgerSnapshot {
+    pub(crate) fn new(mut rows: Vec<(&'static str, TagFigures)>, untagged: usize) -> Self {
+        // Tree order is the order of the paths with '/' sorting before every other
+        // character, which sorting by segments gives.
+        rows.sort_by(|a, b| a.0.split('/').cmp(b.0.split('/')));
+        LedgerSnapshot {
+            rows: rows
+                .into_iter()
+                .map(|(tag, figures)| Row {
+                    tag,
+                    depth: tag.matches('/').count(),
+                    figures,
+                })
+                .collect(),
+            untagged,
+        }
+    }
+
+    /// The figures of `tag` (a parent's include its children's), or `None` if no arena
+    /// or budget has named it. O(tags).
+    pub fn tag(&self, tag: &str) -> Option<TagFigures> {
+        self.rows.iter().find(|r| r.tag == tag).map(|r| r.figures)
+    }
+
+    /// Every tag with its figures, in tree order. O(1).
+    pub fn tags(&self) -> impl Iterator<Item = (&'static str, TagFigures)> + '_ {
+        self.rows.iter().map(|r| (r.tag, r.figures))
+    }
+
+    /// Bytes of the global pools in use that no tag holds: blocks of untagged arenas and
+    /// blocks taken with `MemoryPool::allocate_block` directly.
+    pub fn untagged(&self) -> usize {
+        self.untagged
+    }
+
+    /// Bytes held by the top-level tags together, plus [`untagged`](Self::untagged): the
+    /// global pools' `in_use`, plus blocks tagged arenas took from pools of your own.
+    pub fn total(&self) -> usize {
+        self.rows
+            .iter()
+            .filter(|r| r.depth == 0)
+            .map(|r| r.figures.held)
+            .fold(self.untagged, usize::saturating_add)
+    }
+
+    /// Writes the CSV header that [`write_csv_rows`](Self::write_csv_rows) follows. Units
+    /// are bytes and counts; budgets are empty when unset.
+    ///
+    /// # Errors
+    /// The writer's.
+    ///
+    /// ```
+    /// let mut out = Vec::new();
+    /// nebula_memory::ledger::LedgerSnapshot::write_csv_header(&mut out).unwrap();
+    /// assert!(String::from_utf8(out).unwrap().starts_with("frame,tag,"));
+    /// ```
+    pub fn write_csv_header(w: &mut impl io::Write) -> io::Result<()> {
+        writeln!(
+            w,
+            "frame,tag,depth,held_bytes,peak_held_bytes,used_bytes,heap_held_bytes,\
+             blocks_taken,blocks_returned,heap_fallbacks,warn_budget_bytes,limit_budget_bytes"
+        )
+    }
+
+    /// Writes one row per tag, then one for the untagged rest (tag `(untagged)`), all with
+    /// `frame` in the first column. A tag with a comma or a quote in it is quoted.
+    ///
+    /// # Errors
+    /// The writer's.
+    ///
+    /// ```
+    /// use nebula_memory::ledger::{self, LedgerSnapshot};
+    /// let mut out = Vec::new();
+    /// ledger::snapshot().write_csv_rows(&mut out, 7).unwrap();
+    /// let text = String::from_utf8(out).unwrap();
+    /// assert!(text.lines().last().unwrap().starts_with("7,(untagged),0,"));
+    /// ```
+    pub fn write_csv_rows(&self, w: &mut impl io::Write, frame: u64) -> io::Result<()> {
+        let opt = |v: Option<usize>| v.map(|v| v.to_string()).unwrap_or_default();
+        for r in &self.rows {
+            let f = &r.figures;
+            writeln!(
+                w,
+                "{frame},{},{},{},{},{},{},{},{},{},{},{}",
+                csv_field(r.tag),
+                r.depth,
+                f.held,
+                f.peak_held,
+                f.used,
+                f.heap_held,
+                f.blocks_taken,
+                f.blocks_returned,
+                f.heap_fallbacks,
+                opt(f.warn_budget),
+                opt(f.limit_budget)
+            )?;
+        }
+        writeln!(w, "{frame},(untagged),0,{},,,,,,,,", self.untagged)
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+/// Bytes in binary units, one decimal.
+pub(crate) struct Bytes(pub(crate) usize);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut v = self.0 as f64;
+        let mut unit = 0;
+        while v >= 1024.0 && unit < UNITS.len() - 1 {
+            v /= 1024.0;
+            unit += 1;
+        }
+        let text = if unit == 0 {
+            format!("{} B", self.0)
+        } else {
+            format!("{v:.1} {}", UNITS[unit])
+        };
+        f.pad(&text)
+    }
+}
+
+impl fmt::Display for LedgerSnapshot {
+    /// A tree table: one line per tag, children indented under their parent, then the
+    /// untagged rest and the total.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = |r: &Row| {
+            let leaf = r.tag.rsplit('/').next().unwrap_or(r.tag);
+            format!("{}{leaf}", "  ".repeat(r.depth))
+        };
+        let width = self.rows.iter().map(|r| name(r).len()).fold(10, usize::max);
+        writeln!(
+            f,
+            "{:<width$} {:>10} {:>10} {:>10} {:>9} {:>7} {:>8}  budget",
+            "tag", "held", "peak", "used", "heap", "taken", "returned"
+        )?;
+        for r in &self.rows {
+            let x = &r.figures;
+            let budget = match (x.warn_budget, x.limit_budget) {
+                (None, None) => String::new(),
+                (Some(w), None) => format!("warn {}", Bytes(w)),
+                (None, Some(l)) => format!("limit {}", Bytes(l)),
+                (Some(w), Some(l)) => format!("warn {}, limit {}", Bytes(w), Bytes(l)),
+            };
+            writeln!(
+                f,
+                "{:<width$} {:>10} {:>10} {:>10} {:>9} {:>7} {:>8}  {budget}",
+                name(r),
+                Bytes(x.held),
+                Bytes(x.peak_held),
+                Bytes(x.used),
+                Bytes(x.heap_held),
+                x.blocks_taken,
+                x.blocks_returned,
+            )?;
+        }
+        writeln!(f, "{:<width$} {:>10}", "(untagged)", Bytes(self.untagged))?;
+        write!(f, "{:<width$} {:>10}", "total", Bytes(self.total()))
+    }
+}
