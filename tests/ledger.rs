@@ -442,3 +442,42 @@ proptest! {
         }
     }
 }
+
+/// With the `tracy` feature, the real client takes the events (no server is needed: it
+/// queues them) while the recorder still sees the same sequence.
+#[cfg(feature = "tracy")]
+#[test]
+fn the_tracy_client_takes_the_events() {
+    const TAG: &str = "t10/tracy";
+    ledger::enable_tracy(false);
+    ledger::record_events(true);
+    let pool = common::pool("ledger-tracy");
+    let mut arena = tagged(&pool, TAG);
+    arena.alloc_slice(200 * KIB, 1u8);
+    arena.reset();
+    let snap = ledger::end_frame();
+    drop(arena);
+    let events: Vec<LedgerEvent> = ledger::take_recorded_events()
+        .into_iter()
+        .filter(|e| match e {
+            LedgerEvent::BlockTaken { tag, .. }
+            | LedgerEvent::BlockReturned { tag, .. }
+            | LedgerEvent::Plot { tag, .. } => *tag == TAG,
+            _ => false,
+        })
+        .collect();
+    let taken = events
+        .iter()
+        .filter(|e| matches!(e, LedgerEvent::BlockTaken { .. }))
+        .count();
+    let returned = events
+        .iter()
+        .filter(|e| matches!(e, LedgerEvent::BlockReturned { .. }))
+        .count();
+    assert_eq!(taken, returned, "{events:?}");
+    assert!(events.contains(&LedgerEvent::Plot {
+        tag: TAG,
+        held: snap.tag(TAG).unwrap().held,
+        used: 200 * KIB,
+    }));
+}

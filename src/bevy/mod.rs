@@ -27,12 +27,16 @@
 //!   arenas as resources.
 //! - [`reset_frame_arenas_system`] in [`MemorySystems::Reset`] (`Last`): every thread's
 //!   frame memory reset at the frame's end; [`FrameMemoryStats`] and Bevy diagnostics.
+//! - [`MemoryLedger`]: the tag ledger's snapshot at each frame's end, a diagnostic per
+//!   top-level tag, and optionally a per-frame CSV.
 
+mod ledger;
 mod plugin;
 mod resources;
 mod scratch;
 mod stats;
 
+pub use ledger::MemoryLedger;
 pub use plugin::{MemoryPlugin, MemorySystems, reset_frame_arenas_system};
 pub use resources::{
     EngineMemory, FRAME_MEMORY_TRIM_AFTER_RESETS, FrameMemory, GameMemory, ResetGameArena,

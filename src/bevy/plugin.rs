@@ -1,8 +1,11 @@
 //! `MemoryPlugin` and the frame-end reset.
 
+use std::path::PathBuf;
+
 use bevy_app::{App, Last, Plugin};
 use bevy_ecs::prelude::*;
 
+use super::ledger::{MemoryLedger, end_ledger_frame};
 use super::resources::{
     EngineMemory, FrameMemory, GameMemory, ResetGameArena, reset_game_arena_on_request,
 };
@@ -13,6 +16,7 @@ use super::stats::{
 use crate::arena::ArenaConfig;
 use crate::error::PoolError;
 use crate::global::{GlobalPoolConfig, configure_global_pools, global_pool_config};
+use crate::ledger::{self, Budget};
 use crate::maintain::maintain_global_pools;
 use crate::per_thread::{
     DEFAULT_THREAD_ARENA_CAPACITY, all_thread_arenas_stats, end_thread_arena_frame,
@@ -27,8 +31,11 @@ use crate::per_thread::{
 ///   parameter), [`EngineMemory`], [`GameMemory`], [`FrameMemory`], [`FrameMemoryStats`]
 ///   and [`MemoryBudgets`]; registers the [`ResetGameArena`] message and the memory
 ///   diagnostics.
+/// - Sets the ledger's tag budgets (`tag_budgets`) and inserts [`MemoryLedger`], the
+///   ledger's snapshot at each frame's end (written to `ledger_csv` if set).
 /// - Adds to `Last`, in [`MemorySystems::Reset`]: the level-arena reset on request, then
-///   [`reset_frame_arenas_system`], then the diagnostics.
+///   [`reset_frame_arenas_system`], then the ledger's frame end, then the diagnostics
+///   (one per top-level ledger tag among them).
 ///
 /// ```standalone_crate
 /// use nebula_memory::Arena;
@@ -62,6 +69,13 @@ pub struct MemoryPlugin {
     /// pointer into a freed block faults. `0` (the default) turns it off; release builds
     /// ignore it.
     pub quarantine_frames: u32,
+    /// Ledger budgets per tag, set when the plugin is built (see
+    /// [`ledger::set_budget`](crate::ledger::set_budget)).
+    pub tag_budgets: Vec<(&'static str, Budget)>,
+    /// A file to write the ledger's rows to each frame (one per tag, see
+    /// [`LedgerSnapshot::write_csv_rows`](crate::ledger::LedgerSnapshot::write_csv_rows)),
+    /// or `None`. Building the plugin panics if the file cannot be created.
+    pub ledger_csv: Option<PathBuf>,
 }
 
 impl Default for MemoryPlugin {
@@ -72,6 +86,8 @@ impl Default for MemoryPlugin {
             scratch: ArenaConfig::default(),
             budgets: MemoryBudgets::default(),
             quarantine_frames: 0,
+            tag_budgets: Vec::new(),
+            ledger_csv: None,
         }
     }
 }
@@ -113,7 +129,20 @@ impl Plugin for MemoryPlugin {
                 pool.set_quarantine(self.quarantine_frames);
             }
         }
+        for &(tag, budget) in &self.tag_budgets {
+            ledger::set_budget(tag, budget);
+        }
+        let memory_ledger = match &self.ledger_csv {
+            Some(path) => MemoryLedger::with_csv(path).unwrap_or_else(|e| {
+                panic!(
+                    "MemoryPlugin: cannot write the ledger CSV to {}: {e}",
+                    path.display()
+                )
+            }),
+            None => MemoryLedger::default(),
+        };
         app.insert_resource(ScratchArenas::with_config(self.scratch))
+            .insert_resource(memory_ledger)
             .init_resource::<EngineMemory>()
             .init_resource::<GameMemory>()
             .init_resource::<FrameMemory>()
@@ -126,6 +155,7 @@ impl Plugin for MemoryPlugin {
                 (
                     reset_game_arena_on_request,
                     reset_frame_arenas_system,
+                    end_ledger_frame,
                     publish_memory_diagnostics,
                 )
                     .chain()

@@ -256,7 +256,13 @@ pub(crate) fn register_diagnostics(app: &mut bevy_app::App) {
 pub(crate) fn publish_memory_diagnostics(
     mut diagnostics: Diagnostics,
     stats: Res<FrameMemoryStats>,
+    ledger: Option<Res<super::MemoryLedger>>,
 ) {
+    if let Some(ledger) = ledger {
+        for (path, held) in ledger.measurements() {
+            diagnostics.add_measurement(path, || held);
+        }
+    }
     let s = *stats;
     diagnostics.add_measurement(&paths::SCRATCH_BYTES, || s.scratch_bytes as f64);
     diagnostics.add_measurement(&paths::FRAME_BYTES, || s.frame_bytes as f64);

@@ -1,0 +1,146 @@
+//! The ledger in a Bevy app: the frame's snapshot as a resource, a diagnostic per
+//! top-level tag, and the per-frame CSV.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+
+use bevy_diagnostic::{Diagnostic, DiagnosticPath, DiagnosticsStore};
+use bevy_ecs::prelude::*;
+
+use crate::ledger::{self, LedgerSnapshot};
+
+/// The ledger's figures at the end of the last frame (see [`ledger`](crate::ledger)),
+/// updated by `MemoryPlugin` after the frame-end reset; derefs to the
+/// [`LedgerSnapshot`]. With `MemoryPlugin::ledger_csv` set, each frame's rows are also
+/// written to that file.
+///
+/// ```standalone_crate
+/// use bevy_app::App;
+/// use nebula_memory::Arena;
+/// use nebula_memory::bevy::{MemoryLedger, MemoryPlugin, Scratch};
+///
+/// let mut app = App::new();
+/// app.add_plugins(MemoryPlugin::default())
+///     .add_systems(bevy_app::Update, |scratch: Scratch| {
+///         scratch.alloc_slice(1000, 0u8);
+///     });
+/// app.update();
+/// let ledger = app.world().resource::<MemoryLedger>();
+/// assert_eq!(ledger.frame(), 1);
+/// assert!(ledger.tag("scratch/systems").unwrap().held > 0);
+/// println!("{}", **ledger); // the tree table
+/// ```
+#[derive(Resource, Default)]
+pub struct MemoryLedger {
+    snapshot: LedgerSnapshot,
+    frame: u64,
+    /// The top-level tags that have a diagnostic, with its path.
+    diagnostics: Vec<(&'static str, DiagnosticPath)>,
+    csv: Option<Csv>,
+}
+
+/// The per-frame CSV file.
+struct Csv {
+    path: PathBuf,
+    out: BufWriter<File>,
+    /// The first write error, after which nothing more is written.
+    failed: bool,
+}
+
+impl MemoryLedger {
+    /// A ledger resource that also writes each frame's rows to `path` (created, or
+    /// truncated, now; the header is written at once).
+    ///
+    /// # Errors
+    /// Creating the file, or writing its header.
+    pub fn with_csv(path: impl AsRef<Path>) -> io::Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let mut out = BufWriter::new(File::create(&path)?);
+        LedgerSnapshot::write_csv_header(&mut out)?;
+        out.flush()?;
+        Ok(MemoryLedger {
+            csv: Some(Csv {
+                path,
+                out,
+                failed: false,
+            }),
+            ..MemoryLedger::default()
+        })
+    }
+
+    /// Frames recorded so far (the snapshot is that frame's).
+    pub fn frame(&self) -> u64 {
+        self.frame
+    }
+
+    /// The CSV file's path, if the ledger writes one.
+    pub fn csv_path(&self) -> Option<&Path> {
+        self.csv.as_ref().map(|c| c.path.as_path())
+    }
+
+    /// Records the frame's snapshot: writes its CSV rows (and flushes, so the file is
+    /// whole after every frame) and returns the top-level tags that have no diagnostic
+    /// yet.
+    fn record(&mut self, snapshot: LedgerSnapshot) -> Vec<(&'static str, DiagnosticPath)> {
+        self.frame += 1;
+        if let Some(csv) = self.csv.as_mut().filter(|c| !c.failed) {
+            let written = snapshot
+                .write_csv_rows(&mut csv.out, self.frame)
+                .and_then(|()| csv.out.flush());
+            if let Err(e) = written {
+                csv.failed = true;
+                let path = csv.path.display();
+                tracing::warn!("memory ledger: writing {path} failed ({e}); no more rows");
+            }
+        }
+        let new: Vec<_> = snapshot
+            .tags()
+            .filter(|(t, _)| !t.contains('/'))
+            .filter(|(t, _)| !self.diagnostics.iter().any(|(d, _)| d == t))
+            .map(|(t, _)| {
+                (
+                    t,
+                    DiagnosticPath::new(format!("nebula_memory/tag/{t}/held")),
+                )
+            })
+            .collect();
+        self.diagnostics.extend(new.iter().cloned());
+        self.snapshot = snapshot;
+        new
+    }
+
+    /// The top-level tags' diagnostic paths and their held bytes now.
+    pub(crate) fn measurements(&self) -> impl Iterator<Item = (&DiagnosticPath, f64)> {
+        self.diagnostics.iter().map(|(tag, path)| {
+            let held = self.snapshot.tag(tag).map_or(0, |f| f.held);
+            (path, held as f64)
+        })
+    }
+}
+
+impl Deref for MemoryLedger {
+    type Target = LedgerSnapshot;
+    fn deref(&self) -> &LedgerSnapshot {
+        &self.snapshot
+    }
+}
+
+/// The ledger's part of the frame end: takes the frame's snapshot
+/// ([`ledger::end_frame`], which also feeds the profiler), stores it in [`MemoryLedger`],
+/// writes the CSV rows and registers a diagnostic for each new top-level tag.
+pub(crate) fn end_ledger_frame(world: &mut World) {
+    let snapshot = ledger::end_frame();
+    let Some(mut ledger) = world.get_resource_mut::<MemoryLedger>() else {
+        return;
+    };
+    let new = ledger.record(snapshot);
+    if let Some(mut store) = world.get_resource_mut::<DiagnosticsStore>() {
+        for (_, path) in new {
+            if store.get(&path).is_none() {
+                store.add(Diagnostic::new(path).with_suffix(" B"));
+            }
+        }
+    }
+}
