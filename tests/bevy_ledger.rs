@@ -35,10 +35,10 @@ fn the_plugin_keeps_the_ledger_and_writes_its_csv() {
     .add_systems(Update, |scratch: Scratch, mut arenas: ResMut<Arenas>| {
         scratch.alloc_slice(10_000, 1u8);
         let arenas = &mut *arenas;
-        if arenas.refused.is_none() {
-            if let Err(e) = arenas.runaway.try_alloc_slice_copy(&[0u8; 100 << 10]) {
-                arenas.refused = Some(e);
-            }
+        if arenas.refused.is_none()
+            && let Err(e) = arenas.runaway.try_alloc_slice_copy(&[0u8; 100 << 10])
+        {
+            arenas.refused = Some(e);
         }
         arenas.sibling.alloc_slice(100 << 10, 0u8);
     });
