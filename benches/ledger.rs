@@ -1,0 +1,149 @@
+//! What the tag ledger costs: the same arena work with the arena untagged and tagged
+//! (`ArenaConfig::tag`), side by side in one run.
+//!
+//! - W1 burst-1M: 1,000,000 allocations of 8..=128 B (align 8, one byte written each),
+//!   then one reset; ns per allocation (the reset included).
+//! - W5 mixed-frame: per frame 200 allocations of 16..=4096 B with the alignment drawn from
+//!   {8, 16, 32, 64} and 10 strings of 20..=200 B copied in, then reset; µs per frame.
+//! - reset: a steady frame's reset alone (one 32 B allocation, then reset); ns.
+//! - block churn: a 256 KiB allocation that needs a block of its own, then
+//!   `reset_and_release` (every block back): one block taken and returned per iteration,
+//!   the ledger's whole per-block work; ns per take+return.
+//!
+//! The ledger is touched only when a block comes or goes and by one store at reset, so the
+//! first three should not move; the last shows the per-block price. `cargo bench --bench
+//! ledger`.
+
+use std::alloc::Layout;
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use nebula_memory::{Arena, ArenaConfig, MemoryArena, MemoryPool};
+
+/// splitmix64, fixed seed: the same sizes for both variants.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next() % (hi - lo + 1) as u64) as usize
+    }
+}
+
+fn arena(pool: &MemoryPool, tagged: bool) -> MemoryArena<'_> {
+    let config = ArenaConfig::default();
+    let config = if tagged {
+        config.tag("bench/ledger")
+    } else {
+        config
+    };
+    MemoryArena::with_config(pool, config)
+}
+
+fn variants() -> [(&'static str, bool); 2] {
+    [("untagged", false), ("tagged", true)]
+}
+
+fn w1(c: &mut Criterion, pool: &MemoryPool) {
+    let mut rng = Rng(42);
+    let sizes: Vec<usize> = (0..1_000_000).map(|_| rng.range(8, 128)).collect();
+    let mut g = c.benchmark_group("ledger W1 burst-1M (ns per allocation)");
+    g.sample_size(10).measurement_time(Duration::from_secs(3));
+    for (name, tagged) in variants() {
+        let mut a = arena(pool, tagged);
+        g.bench_function(BenchmarkId::from_parameter(name), |b| {
+            b.iter(|| {
+                for &s in &sizes {
+                    let p = a.alloc(Layout::from_size_align(s, 8).unwrap());
+                    // SAFETY: at least 8 fresh bytes.
+                    unsafe { p.as_ptr().write(s as u8) };
+                }
+                a.reset();
+            })
+        });
+    }
+    g.finish();
+}
+
+fn w5(c: &mut Criterion, pool: &MemoryPool) {
+    let mut rng = Rng(5);
+    let frames: Vec<(Vec<Layout>, Vec<String>)> = (0..1000)
+        .map(|_| {
+            let layouts = (0..200)
+                .map(|_| {
+                    let align = 8 << rng.range(0, 3);
+                    Layout::from_size_align(rng.range(16, 4096), align).unwrap()
+                })
+                .collect();
+            let strings = (0..10).map(|_| "x".repeat(rng.range(20, 200))).collect();
+            (layouts, strings)
+        })
+        .collect();
+    let mut g = c.benchmark_group("ledger W5 mixed-frame (per frame)");
+    g.sample_size(20).measurement_time(Duration::from_secs(3));
+    for (name, tagged) in variants() {
+        let mut a = arena(pool, tagged);
+        let mut i = 0;
+        g.bench_function(BenchmarkId::from_parameter(name), |b| {
+            b.iter(|| {
+                let (layouts, strings) = &frames[i % frames.len()];
+                i += 1;
+                for l in layouts {
+                    let p = a.alloc(*l);
+                    // SAFETY: at least 16 fresh bytes.
+                    unsafe { p.as_ptr().write(1) };
+                }
+                for s in strings {
+                    black_box(a.alloc_str(s));
+                }
+                a.reset();
+            })
+        });
+    }
+    g.finish();
+}
+
+fn reset(c: &mut Criterion, pool: &MemoryPool) {
+    let mut g = c.benchmark_group("ledger steady reset");
+    for (name, tagged) in variants() {
+        let mut a = arena(pool, tagged);
+        g.bench_function(BenchmarkId::from_parameter(name), |b| {
+            b.iter(|| {
+                black_box(a.alloc(Layout::new::<[u64; 4]>()));
+                a.reset();
+            })
+        });
+    }
+    g.finish();
+}
+
+fn churn(c: &mut Criterion, pool: &MemoryPool) {
+    let mut g = c.benchmark_group("ledger block churn (take + return)");
+    for (name, tagged) in variants() {
+        let mut a = arena(pool, tagged);
+        g.bench_function(BenchmarkId::from_parameter(name), |b| {
+            b.iter(|| {
+                black_box(a.alloc(Layout::from_size_align(256 << 10, 16).unwrap()));
+                a.reset_and_release();
+            })
+        });
+    }
+    g.finish();
+}
+
+fn all(c: &mut Criterion) {
+    let pool = MemoryPool::new("bench-ledger", 512 << 20).expect("a 512 MiB pool");
+    w1(c, &pool);
+    w5(c, &pool);
+    reset(c, &pool);
+    churn(c, &pool);
+}
+
+criterion_group!(benches, all);
+criterion_main!(benches);
