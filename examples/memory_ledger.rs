@@ -61,10 +61,15 @@ fn main() -> std::io::Result<()> {
         }
     }
     csv.flush()?;
-    println!("{FRAMES} frames; the path finder's flood was refused {refused} times by its budget\n");
+    println!(
+        "{FRAMES} frames; the path finder's flood was refused {refused} times by its budget\n"
+    );
     if let Some(snap) = last {
         println!("{snap}\n");
     }
-    println!("per-frame rows (one per tag per frame): {}", csv_path.display());
+    println!(
+        "per-frame rows (one per tag per frame): {}",
+        csv_path.display()
+    );
     Ok(())
 }

@@ -118,20 +118,21 @@ fn parallel_scratch_systems_for_thousands_of_frames() {
     // after the other, so the sum is less than five lists).
     assert!(stats.scratch_bytes >= 2_000 * 8, "{stats}");
     assert!((1..=8).contains(&stats.scratch_arenas), "{stats}");
-    // After a warm-up each thread's arenas hold the blocks their frames need: no pool
-    // traffic, flat usage.
+    // After a warm-up the arenas never hold more than they did then: each thread's arenas
+    // keep the blocks their frames need, and idle trimming (`maintain_global_pools`, run
+    // by the plugin) may give an arena that a thread stopped using back, never more.
     let warm = n / 3;
-    if let Some(changed) = (warm..n).find(|&f| held[f] != held[warm]) {
+    if let Some(grew) = (warm..n).find(|&f| held[f] > held[warm]) {
         panic!(
-            "the scratch arenas' blocks changed after warm-up: {} bytes at frame {warm}, {} at \
-             frame {changed}; frames {}..: {:?}",
+            "the scratch arenas' blocks grew after warm-up: {} bytes at frame {warm}, {} at \
+             frame {grew}; frames {}..: {:?}",
             held[warm],
-            held[changed],
-            changed.saturating_sub(2),
-            &held[changed.saturating_sub(2)..(changed + 3).min(n)]
+            held[grew],
+            grew.saturating_sub(2),
+            &held[grew.saturating_sub(2)..(grew + 3).min(n)]
         );
     }
-    assert!(held[warm] > 0, "the scratch arenas hold blocks");
+    assert!(held[n - 1] > 0, "the scratch arenas hold blocks");
 }
 
 #[derive(Component)]

@@ -286,7 +286,9 @@ fn thread_arena_is_made_on_first_use_and_reset() {
         unsafe { thread_arena_reset() };
         assert!(thread_arena_alloc(Layout::from_size_align(THREAD_CAPACITY, 1).unwrap()).is_some());
         assert!(thread_arena_alloc(Layout::from_size_align(1, 1).unwrap()).is_none());
-        assert_eq!(blocks_in_use(), before + 1, "still one arena");
+        // The arena takes memory as it uses it: its first block, and one more that holds
+        // the whole capacity.
+        assert_eq!(blocks_in_use(), before + 2, "two blocks");
         let s = thread_arena_stats().unwrap();
         assert_eq!(
             (s.bytes_used, s.high_watermark),
@@ -298,7 +300,7 @@ fn thread_arena_is_made_on_first_use_and_reset() {
     assert_eq!(
         blocks_in_use(),
         before,
-        "the thread's block came back at exit"
+        "the thread's blocks came back at exit"
     );
 }
 
@@ -374,4 +376,36 @@ fn thread_arenas_come_back_when_threads_exit() {
     .join();
     assert!(r.is_err());
     assert_eq!(blocks_in_use(), before, "a panicking thread kept its block");
+}
+
+/// The capacity caps the bytes in use, padding included: a request that would fit only
+/// without its alignment padding is refused and leaves nothing behind, even where the
+/// arena's block has room for it.
+#[test]
+fn a_thread_arena_refuses_what_fits_only_without_its_padding() {
+    let _serial = serial();
+    set_thread_arena_capacity(THREAD_CAPACITY);
+    std::thread::spawn(move || {
+        let byte = Layout::from_size_align(1, 1).unwrap();
+        // Fill to one byte short of the capacity, over two blocks (the second is larger
+        // than what is left of the capacity: the growth rule takes at least what is held).
+        thread_arena_alloc(Layout::from_size_align(40_000, 1).unwrap()).unwrap();
+        thread_arena_alloc(Layout::from_size_align(THREAD_CAPACITY - 40_001, 1).unwrap()).unwrap();
+        let used = thread_arena_stats().unwrap().bytes_used;
+        assert_eq!(used, THREAD_CAPACITY - 1);
+        // One byte at 64-byte alignment needs padding first: past the capacity.
+        assert!(thread_arena_alloc(Layout::from_size_align(1, 64).unwrap()).is_none());
+        assert_eq!(
+            thread_arena_stats().unwrap().bytes_used,
+            used,
+            "nothing left behind"
+        );
+        assert!(
+            thread_arena_alloc(byte).is_some(),
+            "the last byte still fits"
+        );
+        assert!(thread_arena_alloc(byte).is_none());
+    })
+    .join()
+    .unwrap();
 }

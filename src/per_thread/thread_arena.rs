@@ -96,7 +96,27 @@ impl ThreadArena {
         // SAFETY: only the owning thread reaches the arena, and it holds no `&mut` to it
         // here (resets are not re-entrant with allocation).
         let arena = unsafe { &*self.arena.get() };
-        let p = arena.try_alloc(layout).ok();
+        // The capacity caps the bytes in use (padding included), as the seed's fixed arena
+        // had it: refuse what cannot fit before taking a block for it...
+        if arena.bytes_used().saturating_add(layout.size()) > self.capacity {
+            return None;
+        }
+        // ...and, near the cap, undo what fit only without its alignment padding.
+        let near = arena
+            .bytes_used()
+            .saturating_add(layout.size())
+            .saturating_add(layout.align())
+            > self.capacity;
+        let mark = near.then(|| arena.checkpoint());
+        let mut p = arena.try_alloc(layout).ok();
+        if let Some(mark) = mark
+            && arena.bytes_used() > self.capacity
+        {
+            // SAFETY: nothing allocated after `mark` was handed out: the one allocation
+            // since is refused here.
+            unsafe { arena.rewind(mark) };
+            p = None;
+        }
         self.used.store(arena.bytes_used(), Relaxed);
         self.held.store(arena.bytes_held(), Relaxed);
         p
@@ -200,10 +220,12 @@ pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
             Some(mine) => mine.0.alloc(layout),
             None => {
                 let capacity = THREAD_ARENA_CAPACITY.load(Relaxed);
+                // In use is capped at `capacity` (see `alloc`); held at what growth may
+                // take for that: the first block plus one of `capacity`, and headers.
                 let config = ArenaConfig::default()
                     .first_block(FIRST_BLOCK.min(capacity))
                     .max_block(capacity)
-                    .held_limit(capacity)
+                    .held_limit(capacity.saturating_add(FIRST_BLOCK).saturating_add(4096))
                     .tag(crate::ledger::tags::THREAD_ARENAS);
                 let mine = Arc::new(ThreadArena {
                     arena: UnsafeCell::new(MemoryArena::with_config(scratch_pool(), config)),
