@@ -106,3 +106,58 @@ fn the_plugin_keeps_the_ledger_and_writes_its_csv() {
         Some(bl.held.to_string().as_str())
     );
 }
+
+struct Meshing;
+impl nebula_memory::bevy::ScratchTag for Meshing {
+    const TAG: &'static str = "bl2/render/meshing";
+}
+struct Culling;
+impl nebula_memory::bevy::ScratchTag for Culling {
+    const TAG: &'static str = "bl2/render/culling";
+}
+
+/// `TaggedScratch<T>` charges its own tag: each system's scratch use is a line of the
+/// ledger, the plain `Scratch` stays under `scratch/systems`, and a forgotten item's arena
+/// is reclaimed after the frame end as for `Scratch`.
+#[test]
+fn tagged_scratch_charges_its_own_tag() {
+    use nebula_memory::bevy::TaggedScratch;
+    let mut app = App::new();
+    app.add_plugins(MemoryPlugin::default()).add_systems(
+        Update,
+        (
+            |s: TaggedScratch<Meshing>| {
+                let quads = s.alloc_slice(200_000, 1u8);
+                assert!(quads.iter().all(|&b| b == 1));
+                // Every frame: the arena stays busy, and is reclaimed by its thread's next
+                // claim after the frame end.
+                std::mem::forget(s);
+            },
+            |s: TaggedScratch<Culling>| {
+                s.alloc_slice(3_000, 2u32);
+            },
+            |a: TaggedScratch<Meshing>, b: TaggedScratch<Meshing>| {
+                // Two items of one tag: two arenas, both charged to it.
+                let x = a.alloc_val(1u64);
+                let y = b.alloc_val(2u64);
+                assert_ne!(x as *mut u64, y as *mut u64);
+            },
+        ),
+    );
+    const FRAMES: u64 = 40;
+    for _ in 0..FRAMES {
+        app.update();
+    }
+    let ledger = app.world().resource::<MemoryLedger>();
+    let mesh = ledger.tag("bl2/render/meshing").unwrap();
+    let cull = ledger.tag("bl2/render/culling").unwrap();
+    assert!(mesh.held >= 200_000, "{}", **ledger);
+    assert!(cull.held >= 12_000, "{}", **ledger);
+    assert_eq!(
+        ledger.tag("bl2/render").unwrap().held,
+        mesh.held + cull.held
+    );
+    // Forgotten arenas were reclaimed: without that, each frame would make a new arena
+    // and take a new block for it.
+    assert!(mesh.blocks_taken < FRAMES / 2, "{mesh:?}");
+}

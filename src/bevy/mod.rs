@@ -41,5 +41,7 @@ pub use plugin::{MemoryPlugin, MemorySystems, reset_frame_arenas_system};
 pub use resources::{
     EngineMemory, FRAME_MEMORY_TRIM_AFTER_RESETS, FrameMemory, GameMemory, ResetGameArena,
 };
-pub use scratch::{Scratch, ScratchArenas, ScratchFrame};
+pub use scratch::{
+    Scratch, ScratchArenas, ScratchFrame, ScratchTag, TaggedScratch, TaggedScratchArenas,
+};
 pub use stats::{FrameMemoryStats, MemoryBudgets, PoolUsage, paths};

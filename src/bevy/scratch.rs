@@ -125,7 +125,9 @@ impl ScratchArenas {
 /// touches while the item lives. It derefs to [`MemoryArena`], so everything an arena does
 /// works (`scratch.alloc_slice(..)`, `Vec::new_in(&*scratch)`, `hashbrown::HashMap::new_in(
 /// &*scratch)`). What it allocated is given back when the item is dropped (the end of the
-/// system run): the drop resets the arena.
+/// system run): the drop resets the arena. `Vec::new_in(&scratch)` works as well as
+/// `Vec::new_in(&*scratch)`; either way the collection borrows the item, so it cannot
+/// outlive the reset.
 ///
 /// Needs the [`ScratchArenas`] resource (`MemoryPlugin` inserts it).
 ///
@@ -149,87 +151,199 @@ impl ScratchArenas {
 /// assert_eq!(world.run_system_cached(nearest_to_origin).unwrap(), 1.0);
 /// ```
 pub struct Scratch<'w> {
-    slot: NonNull<Slot>,
-    /// Borrows the resource for the run; `*const ()` makes the item neither `Send` nor
-    /// `Sync`.
-    _marker: PhantomData<(&'w ScratchArenas, *const ())>,
+    claim: Claim,
+    /// Borrows the resource for the run.
+    _marker: PhantomData<&'w ScratchArenas>,
 }
 
-impl Deref for Scratch<'_> {
-    type Target = MemoryArena<'static>;
+/// Names the ledger tag of a [`TaggedScratch`] parameter's arenas.
+///
+/// ```
+/// struct Meshing;
+/// impl nebula_memory::bevy::ScratchTag for Meshing {
+///     const TAG: &'static str = "render/meshing";
+/// }
+/// ```
+pub trait ScratchTag: Send + Sync + 'static {
+    /// A `/`-separated ledger path (see [`ArenaConfig::tag`]).
+    const TAG: &'static str;
+}
 
-    fn deref(&self) -> &MemoryArena<'static> {
-        // SAFETY: the item holds the slot busy, so nothing else uses the arena, and the slot
-        // lives as long as its thread's stack, which outlives the item (not `Send`).
+/// The scratch arenas behind [`TaggedScratch<T>`]: an owner of the per-thread scratch
+/// stacks of its own, whose blocks are charged to `T::TAG`. The parameter inserts it the
+/// first time a system uses it, with the [`ScratchArenas`] config if there is one.
+#[derive(Resource)]
+pub struct TaggedScratchArenas<T: ScratchTag> {
+    owner: Arc<ScratchOwner>,
+    _tag: PhantomData<fn() -> T>,
+}
+
+impl<T: ScratchTag> TaggedScratchArenas<T> {
+    /// Arenas whose blocks follow `config`, charged to `T::TAG`. O(1).
+    ///
+    /// # Panics
+    /// As [`ScratchArenas::with_config`], or if `T::TAG` is not a valid tag.
+    #[track_caller]
+    pub fn with_config(config: ArenaConfig) -> Self {
+        config.check_against(scratch_pool());
+        TaggedScratchArenas {
+            owner: ScratchOwner::new(config.tag(T::TAG)),
+            _tag: PhantomData,
+        }
+    }
+}
+
+/// Every tagged owner of a world, so that the frame end reaches them all.
+#[derive(Resource, Default)]
+pub(crate) struct TaggedOwners(Vec<Arc<ScratchOwner>>);
+
+impl TaggedOwners {
+    /// Ends the frame of every tagged owner of the world (see [`ScratchArenas::end_frame`]).
+    ///
+    /// # Safety
+    /// The caller holds the world exclusively (`&mut World`, which every item borrows
+    /// through its owner's resource), so no item of these owners is alive.
+    pub(crate) unsafe fn end_frame(&mut self) {
+        for owner in &self.0 {
+            // SAFETY: forwarded from the caller.
+            unsafe { owner.end_frame() };
+        }
+    }
+}
+
+/// A [`Scratch`] whose arenas charge the ledger tag `T::TAG` instead of `scratch/systems`,
+/// so a system's scratch use shows in the ledger on a line of its own. Its arenas are its
+/// own (a block is never shared by two tags, so every byte is charged once); everything
+/// else is as for [`Scratch`]. Needs no resource: the first system that uses it inserts
+/// [`TaggedScratchArenas<T>`].
+///
+/// ```standalone_crate
+/// use bevy_app::{App, Update};
+/// use nebula_memory::Arena;
+/// use nebula_memory::bevy::{MemoryLedger, MemoryPlugin, ScratchTag, TaggedScratch};
+///
+/// struct Meshing;
+/// impl ScratchTag for Meshing {
+///     const TAG: &'static str = "render/meshing";
+/// }
+///
+/// fn mesh(scratch: TaggedScratch<Meshing>) {
+///     let quads = scratch.alloc_slice(10_000, [0f32; 4]);
+///     assert_eq!(quads.len(), 10_000);
+/// }
+///
+/// let mut app = App::new();
+/// app.add_plugins(MemoryPlugin::default()).add_systems(Update, mesh);
+/// app.update();
+/// let ledger = app.world().resource::<MemoryLedger>();
+/// assert!(ledger.tag("render/meshing").unwrap().held >= 160_000);
+/// ```
+pub struct TaggedScratch<'w, T: ScratchTag> {
+    claim: Claim,
+    _marker: PhantomData<&'w TaggedScratchArenas<T>>,
+}
+
+/// A claimed arena of a thread's scratch stack, held busy until the drop resets and frees
+/// it. `*const ()` makes it, and every item holding one, neither `Send` nor `Sync`.
+struct Claim {
+    slot: NonNull<Slot>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Claim {
+    /// Claims an arena of `owner` on this thread for system parameter `P`.
+    fn new<P>(owner: &Arc<ScratchOwner>) -> Result<Claim, SystemParamValidationError> {
+        let slot = claim(owner, true).ok_or_else(|| {
+            SystemParamValidationError::invalid::<P>(
+                "this thread's storage is being torn down: no scratch arena for it",
+            )
+        })?;
+        Ok(Claim {
+            slot,
+            _not_send: PhantomData,
+        })
+    }
+
+    #[inline(always)]
+    fn arena(&self) -> &MemoryArena<'static> {
+        // SAFETY: the claim holds the slot busy, so nothing else uses the arena, and the
+        // slot lives as long as its thread's stack, which outlives the claim (not `Send`).
         unsafe { self.slot.as_ref().shared_arena() }
     }
 }
 
-impl Drop for Scratch<'_> {
+impl Drop for Claim {
     fn drop(&mut self) {
-        // SAFETY: claimed on this thread (the item is not `Send`) and held busy until now.
+        // SAFETY: claimed on this thread (the claim is not `Send`) and held busy until now.
         // Everything allocated through the item borrows it, so none of it is alive.
         unsafe { release(self.slot) }
     }
 }
 
-/// `Vec::new_in(&scratch)` as well as `Vec::new_in(&*scratch)`: the collection borrows the
-/// item, so it cannot outlive the item's rewind when the system returns.
-///
-/// ```
-/// use bevy_ecs::prelude::*;
-/// use nebula_memory::allocator_api2::vec::Vec;
-/// use nebula_memory::bevy::{Scratch, ScratchArenas};
-///
-/// let mut world = World::new();
-/// world.insert_resource(ScratchArenas::default());
-/// let sum = world
-///     .run_system_cached(|scratch: Scratch| {
-///         let mut v = Vec::new_in(&scratch);
-///         v.extend(1..=4u32);
-///         v.iter().sum::<u32>()
-///     })
-///     .unwrap();
-/// assert_eq!(sum, 10);
-/// ```
-// SAFETY: every call is forwarded to the `&MemoryArena` the item derefs to, whose
-// `Allocator` impl is sound. Memory handed out stays valid while the `&Scratch` borrow
-// does: the item's drop (a rewind) and the frame-end reset both come after every borrow
-// of the item has ended.
-unsafe impl Allocator for &Scratch<'_> {
+impl Deref for Scratch<'_> {
+    type Target = MemoryArena<'static>;
+
     #[inline(always)]
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        (&***self).allocate(layout)
-    }
-
-    #[inline]
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { (&***self).deallocate(ptr, layout) }
-    }
-
-    #[inline]
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { (&***self).grow(ptr, old, new) }
-    }
-
-    #[inline]
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { (&***self).shrink(ptr, old, new) }
+    fn deref(&self) -> &MemoryArena<'static> {
+        self.claim.arena()
     }
 }
+
+impl<T: ScratchTag> Deref for TaggedScratch<'_, T> {
+    type Target = MemoryArena<'static>;
+
+    #[inline(always)]
+    fn deref(&self) -> &MemoryArena<'static> {
+        self.claim.arena()
+    }
+}
+
+/// `Allocator` for a reference to a scratch item, forwarded to the arena it derefs to:
+/// `Vec::new_in(&scratch)` as well as `Vec::new_in(&*scratch)`.
+macro_rules! forward_allocator {
+    ([$($generics:tt)*] $item:ty) => {
+        // SAFETY: every call is forwarded to the `&MemoryArena` the item derefs to, whose
+        // `Allocator` impl is sound. Memory handed out stays valid while the borrow of the
+        // item does: the item's drop (the arena's reset) comes after every borrow of it.
+        unsafe impl<$($generics)*> Allocator for &$item {
+            #[inline(always)]
+            fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+                (&***self).allocate(layout)
+            }
+
+            #[inline]
+            unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+                // SAFETY: forwarded from the caller's contract.
+                unsafe { (&***self).deallocate(ptr, layout) }
+            }
+
+            #[inline]
+            unsafe fn grow(
+                &self,
+                ptr: NonNull<u8>,
+                old: Layout,
+                new: Layout,
+            ) -> Result<NonNull<[u8]>, AllocError> {
+                // SAFETY: forwarded from the caller's contract.
+                unsafe { (&***self).grow(ptr, old, new) }
+            }
+
+            #[inline]
+            unsafe fn shrink(
+                &self,
+                ptr: NonNull<u8>,
+                old: Layout,
+                new: Layout,
+            ) -> Result<NonNull<[u8]>, AllocError> {
+                // SAFETY: forwarded from the caller's contract.
+                unsafe { (&***self).shrink(ptr, old, new) }
+            }
+        }
+    };
+}
+
+forward_allocator!([] Scratch<'_>);
+forward_allocator!([T: ScratchTag] TaggedScratch<'_, T>);
 
 impl std::fmt::Debug for Scratch<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -237,9 +351,18 @@ impl std::fmt::Debug for Scratch<'_> {
     }
 }
 
+impl<T: ScratchTag> std::fmt::Debug for TaggedScratch<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaggedScratch")
+            .field("tag", &T::TAG)
+            .field("arena", &**self)
+            .finish()
+    }
+}
+
 // SAFETY: access is exactly `Res<ScratchArenas>`'s (a read of that resource), delegated to
 // its implementation; `get_param` reads the resource and claims a slot through its
-// interior (per-thread, busy-flagged) state, like a `Res<Mutex<_>>` would.
+// interior (per-thread, state-flagged) stacks, like a `Res<Mutex<_>>` would.
 unsafe impl SystemParam for Scratch<'_> {
     type State = <Res<'static, ScratchArenas> as SystemParam>::State;
     type Item<'w, 's> = Scratch<'w>;
@@ -272,13 +395,8 @@ unsafe impl SystemParam for Scratch<'_> {
                     )
                 })?
                 .into_inner();
-        let slot = claim(&arenas.owner, true).ok_or_else(|| {
-            SystemParamValidationError::invalid::<Self>(
-                "this thread's storage is being torn down: no scratch arena for it",
-            )
-        })?;
         Ok(Scratch {
-            slot,
+            claim: Claim::new::<Self>(&arenas.owner)?,
             _marker: PhantomData,
         })
     }
@@ -286,3 +404,55 @@ unsafe impl SystemParam for Scratch<'_> {
 
 // SAFETY: `Scratch` only reads the world (see above).
 unsafe impl ReadOnlySystemParam for Scratch<'_> {}
+
+// SAFETY: as for `Scratch`, with `Res<TaggedScratchArenas<T>>`'s access. `init_state`
+// inserts the resource (it has `&mut World`) before registering that access.
+unsafe impl<T: ScratchTag> SystemParam for TaggedScratch<'_, T> {
+    type State = <Res<'static, TaggedScratchArenas<T>> as SystemParam>::State;
+    type Item<'w, 's> = TaggedScratch<'w, T>;
+
+    fn init_state(world: &mut World) -> Self::State {
+        if !world.contains_resource::<TaggedScratchArenas<T>>() {
+            let config = world
+                .get_resource::<ScratchArenas>()
+                .map_or_else(ArenaConfig::default, |a| a.owner.config());
+            let arenas = TaggedScratchArenas::<T>::with_config(config);
+            let owner = Arc::clone(&arenas.owner);
+            world.get_resource_or_init::<TaggedOwners>().0.push(owner);
+            world.insert_resource(arenas);
+        }
+        Res::<TaggedScratchArenas<T>>::init_state(world)
+    }
+
+    fn init_access(
+        state: &Self::State,
+        system_meta: &mut SystemMeta,
+        system_access: &mut SystemAccess,
+        world: &mut World,
+    ) {
+        Res::<TaggedScratchArenas<T>>::init_access(state, system_meta, system_access, world);
+    }
+
+    unsafe fn get_param<'w, 's>(
+        state: &'s mut Self::State,
+        system_meta: &SystemMeta,
+        world: UnsafeWorldCell<'w>,
+        change_tick: Tick,
+    ) -> Result<Self::Item<'w, 's>, SystemParamValidationError> {
+        // SAFETY: forwarded from our caller, with the access `Res` registered.
+        let arenas = unsafe {
+            Res::<TaggedScratchArenas<T>>::get_param(state, system_meta, world, change_tick)
+        }
+        .map_err(|_| {
+            SystemParamValidationError::invalid::<Self>("its TaggedScratchArenas was removed")
+        })?
+        .into_inner();
+        Ok(TaggedScratch {
+            claim: Claim::new::<Self>(&arenas.owner)?,
+            _marker: PhantomData,
+        })
+    }
+}
+
+// SAFETY: `TaggedScratch` only reads the world once its state exists (see above).
+unsafe impl<T: ScratchTag> ReadOnlySystemParam for TaggedScratch<'_, T> {}

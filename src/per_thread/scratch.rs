@@ -167,6 +167,11 @@ impl ScratchOwner {
         self.frame.fetch_add(1, AcqRel);
     }
 
+    /// The config the owner's arenas follow.
+    pub(crate) fn config(&self) -> ArenaConfig {
+        self.config
+    }
+
     /// The owner's figures, and restarts the peaks.
     pub(crate) fn figures(&self) -> OwnerFigures {
         let mut f = OwnerFigures::default();
