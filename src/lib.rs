@@ -59,6 +59,13 @@
 //! assert_eq!(names, "goblin");
 //! ```
 //!
+//! ## Where did my memory go?
+//!
+//! Give an arena a tag (`ArenaConfig::default().tag("render/meshing")`) and every block it
+//! takes is charged to that tag in the process-wide [`ledger`], with budgets that warn or
+//! refuse per tag, a tree table, a CSV row per tag per frame and, with the `tracy`
+//! feature, Tracy's memory view. The bump path pays nothing for it.
+//!
 //! With Bevy, add `nebula_memory::bevy::MemoryPlugin` and take a `Scratch` parameter in
 //! your systems; see the `nebula_memory::bevy` module. `ARCHITECTURE.md` describes the
 //! layers and their invariants.
