@@ -19,7 +19,7 @@
 //! tag's holdings cross it, and again only after they fell back below.
 //!
 //! A [`snapshot`] is a value: it prints as a tree table and writes CSV rows (one per tag
-//! per frame). With the `tracy` feature, [`enable_tracy`] shows each tag as a named memory
+//! per frame). With the `tracy` feature, `enable_tracy` shows each tag as a named memory
 //! pool in Tracy, with per-frame plots of held and used bytes ([`end_frame`]).
 //!
 //! ```
