@@ -148,7 +148,7 @@ impl Grid<'_> {
 pub type Near = (u32, u32, [f32; 3]);
 
 /// One entity's steering: its neighbours within `radius` gathered in `list` (the per-entity
-/// temporary), sorted by distance; it steers away from the `NEAREST`. Returns the steering
+/// temporary); it steers away from the `NEAREST`. Returns the steering
 /// and a checksum of the list.
 pub fn steer_one<A: Allocator>(
     list: &mut AVec<Near, A>,
@@ -163,7 +163,13 @@ pub fn steer_one<A: Allocator>(
             list.push((d2.to_bits(), other, p));
         }
     });
-    list.sort_unstable_by_key(|n| (n.0, n.1));
+    // The nearest first: a partial selection, then those few sorted.
+    let key = |n: &Near| (n.0, n.1);
+    let nearest = list.len().min(NEAREST);
+    if list.len() > NEAREST {
+        list.select_nth_unstable_by_key(NEAREST, key);
+    }
+    list[..nearest].sort_unstable_by_key(key);
     let mut v = [0.0f32; 3];
     let mut hash = list.len() as u64;
     for (rank, &(_, other, p)) in list.iter().take(NEAREST).enumerate() {
