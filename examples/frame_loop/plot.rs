@@ -31,23 +31,37 @@ pub fn plot(path: &Path, runs: &[RunRecord], sums: &[Summary]) -> Result<()> {
     Ok(())
 }
 
-/// Frame time at each percentile, per run (log scale: the spike frames are the last 0.4%).
+/// Where fraction `q` of the frames lies on the percentile axis: `-log10(1 - q)`, so that
+/// 90%, 99% and 99.9% are equally spaced and the slow tail gets room.
+fn tail_x(q: f64, frames: usize) -> f64 {
+    -(1.0 - q).max(1.0 / frames as f64).log10()
+}
+
+/// Frame time at each percentile, per run (both axes stretched towards the slow tail: the
+/// spike frames are the last 0.4%).
 fn percentiles(area: &Area<'_>, runs: &[RunRecord]) -> Result<()> {
+    let frames = runs
+        .iter()
+        .map(|r| r.frames.len())
+        .max()
+        .unwrap_or(1)
+        .max(2);
     let curves: Vec<Vec<(f64, f64)>> = runs
         .iter()
         .map(|r| {
             let mut t: Vec<f64> = r.frames.iter().map(|f| f.micros / 1e3).collect();
             t.sort_by(f64::total_cmp);
-            let n = (t.len() - 1).max(1) as f64;
+            let n = t.len() as f64;
             t.iter()
                 .enumerate()
-                .map(|(i, &ms)| (100.0 * i as f64 / n, ms))
+                .map(|(i, &ms)| (tail_x(i as f64 / n, frames), ms))
                 .collect()
         })
         .collect();
     let all = curves.iter().flatten().map(|p| p.1);
     let lo = all.clone().fold(f64::MAX, f64::min) * 0.8;
     let hi = all.fold(0.0, f64::max) * 1.3;
+    let right = tail_x(1.0, frames);
     let mut chart = ChartBuilder::on(area)
         .caption(
             "frame time by percentile (lower is better)",
@@ -56,12 +70,21 @@ fn percentiles(area: &Area<'_>, runs: &[RunRecord]) -> Result<()> {
         .margin(12)
         .x_label_area_size(35)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..100.0, (lo..hi).log_scale())?;
+        .build_cartesian_2d(0.0..right, (lo..hi).log_scale())?;
     chart
         .configure_mesh()
-        .x_desc("percentile of frames")
+        .x_desc("percentile of frames (the slowest at the right)")
         .y_desc("ms (log)")
-        .y_label_formatter(&|v| format!("{v:.1}"))
+        .x_labels(7)
+        .x_label_formatter(&|x| {
+            // Labels at 0%, 90%, 99%, 99.9% only.
+            if (x - x.round()).abs() > 1e-6 {
+                return String::new();
+            }
+            let p = format!("{:.1}", 100.0 - 100.0 * 10f64.powf(-x.round()));
+            format!("{}%", p.trim_end_matches(".0"))
+        })
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()?;
     for ((r, curve), colour) in runs.iter().zip(&curves).zip(COLOURS) {
         chart
