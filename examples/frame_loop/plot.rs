@@ -75,6 +75,7 @@ fn percentiles(area: &Area<'_>, runs: &[RunRecord]) -> Result<()> {
         .configure_mesh()
         .x_desc("percentile of frames (the slowest at the right)")
         .y_desc("ms (log)")
+        .y_labels(12)
         .x_labels(7)
         .x_label_formatter(&|x| {
             // Labels at 0%, 90%, 99%, 99.9% only.
