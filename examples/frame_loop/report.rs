@@ -182,7 +182,8 @@ fn print_tag_table(_runs: &[RunRecord]) {
     // system of the demo. Not built yet: the ledger does not exist in the crate.
 }
 
-/// The verdict against the targets, from this run's figures.
+/// The verdict, from this run's figures: the three runs side by side, then each target met
+/// or missed.
 pub fn verdict(runs: &[RunRecord], sums: &[Summary]) {
     let find = |name: &str| {
         runs.iter()
@@ -192,57 +193,69 @@ pub fn verdict(runs: &[RunRecord], sums: &[Summary]) {
     let (Some(a), Some(h), Some(l)) = (find("arena"), find("heap"), find("local-vec")) else {
         return;
     };
-    let met = |ok: bool| if ok { "met" } else { "MISSED" };
+    let three = |f: &dyn Fn(&Summary) -> String| format!("{} / {} / {}", f(a), f(h), f(l));
     println!();
-    println!("verdict (targets from the arena run against the heap and local-vec runs):");
-    let ratio = a.held[2] as f64 / l.held[2].max(1) as f64;
+    println!("verdict, arena / heap / local-vec:");
     println!(
-        "- held {AFTER} frames after a spike: arena {} = {:.3} of local-vec's {} (target <= 1/10): {}",
-        bytes(a.held[2]),
-        ratio,
-        bytes(l.held[2]),
-        met(ratio <= 0.1)
+        "- frame time: mean {} ms, p50 {} ms, p99 {} ms, max {} ms, spike frame {} ms",
+        three(&|s| ms(s.mean)),
+        three(&|s| ms(s.p50)),
+        three(&|s| ms(s.p99)),
+        three(&|s| ms(s.max)),
+        three(&|s| ms(s.spike))
     );
     println!(
-        "- heap allocations of the demo's own code in the arena run: {} in {} frames, {:.1} per \
-         frame (heap run {:.1}, local-vec {:.1}; target 0): {}",
-        a.own_total,
-        runs[0].frames.len(),
-        a.own_per_frame,
-        h.own_per_frame,
-        l.own_per_frame,
-        met(a.own_total == 0)
+        "- heap allocations per frame: own code {}, Bevy {}",
+        three(&|s| format!("{:.1}", s.own_per_frame)),
+        three(&|s| format!("{:.1}", s.bevy_per_frame))
     );
     println!(
-        "- mean frame: arena {} ms, heap {} ms, local-vec {} ms (target: arena <= both): {}",
-        ms(a.mean),
-        ms(h.mean),
-        ms(l.mean),
-        met(a.mean <= h.mean && a.mean <= l.mean)
-    );
-    println!(
-        "- p99 frame: arena {} ms, heap {} ms, local-vec {} ms (target: arena <= both): {}",
-        ms(a.p99),
-        ms(h.p99),
-        ms(l.p99),
-        met(a.p99 <= h.p99 && a.p99 <= l.p99)
-    );
-    println!(
-        "- spike frame: arena {} ms, heap {} ms, local-vec {} ms",
-        ms(a.spike),
-        ms(h.spike),
-        ms(l.spike)
+        "- bytes held: steady {}, at the spike {}, {AFTER} frames after {}; RSS {AFTER} frames \
+         after {}",
+        three(&|s| bytes(s.held[0])),
+        three(&|s| bytes(s.held[1])),
+        three(&|s| bytes(s.held[2])),
+        three(&|s| bytes(s.rss[2]))
     );
     if let Some(m) = find("heap+mimalloc") {
         println!(
-            "- heap+mimalloc: mean {} ms, p99 {} ms, spike {} ms, held after a spike {}, RSS {}",
+            "- heap+mimalloc: mean {} ms, p99 {} ms, spike frame {} ms, RSS {AFTER} frames after \
+             a spike {}",
             ms(m.mean),
             ms(m.p99),
             ms(m.spike),
-            bytes(m.held[2]),
             bytes(m.rss[2])
         );
     }
+    let met = |ok: bool| if ok { "met" } else { "MISSED" };
+    let ratio = a.held[2] as f64 / l.held[2].max(1) as f64;
+    println!("targets:");
+    println!(
+        "- arena's held bytes {AFTER} frames after a spike <= 1/10 of local-vec's: {} ({} is \
+         {:.2} of {})",
+        met(ratio <= 0.1),
+        bytes(a.held[2]),
+        ratio,
+        bytes(l.held[2])
+    );
+    println!(
+        "- no heap allocation from the demo's own code in the arena run: {} ({} in {} frames)",
+        met(a.own_total == 0),
+        a.own_total,
+        runs[0].frames.len()
+    );
+    println!(
+        "- arena's mean frame <= both others': {} ({:.0}% of heap's, {:.0}% of local-vec's)",
+        met(a.mean <= h.mean && a.mean <= l.mean),
+        100.0 * a.mean / h.mean,
+        100.0 * a.mean / l.mean
+    );
+    println!(
+        "- arena's p99 frame <= both others': {} ({:.0}% of heap's, {:.0}% of local-vec's)",
+        met(a.p99 <= h.p99 && a.p99 <= l.p99),
+        100.0 * a.p99 / h.p99,
+        100.0 * a.p99 / l.p99
+    );
 }
 
 pub fn write_csv(path: &Path, runs: &[RunRecord]) -> std::io::Result<()> {
