@@ -78,6 +78,7 @@ fn backend() -> u8 {
 
 #[cfg(unix)]
 fn asks_for_mimalloc() -> bool {
+    // The name of `ALLOCATOR_VAR`, NUL-terminated.
     // SAFETY: `getenv` with a NUL-terminated name; nothing in this process sets variables.
     let value = unsafe { libc::getenv(c"FRAME_LOOP_ALLOCATOR".as_ptr()) };
     // SAFETY: a non-null result is a NUL-terminated string owned by the environment.
