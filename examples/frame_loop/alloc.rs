@@ -1,0 +1,176 @@
+//! The global allocator of the demo: the system allocator (or mimalloc, for the run that
+//! uses it), counting allocations and live bytes.
+//!
+//! Allocations are counted apart by who asked: the demo's own code marks its work with
+//! [`own`], everything else (Bevy's executor, the ECS, the crate's pools) counts as Bevy's.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64};
+
+/// The environment variable that makes a child process allocate with mimalloc.
+pub const ALLOCATOR_VAR: &str = "FRAME_LOOP_ALLOCATOR";
+
+/// Allocations (`alloc`, `alloc_zeroed`, `realloc`) made by the demo's own code.
+static OWN_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+/// Allocations made by everything else.
+static OTHER_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+/// Bytes allocated and not freed yet.
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+
+/// 0: not decided yet; 1: the system allocator; 2: mimalloc.
+static BACKEND: AtomicU8 = AtomicU8::new(0);
+
+thread_local! {
+    /// How deep this thread is in the demo's own code.
+    static OWN: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Runs `f` as the demo's own code: what it allocates counts as the demo's.
+#[inline]
+pub fn own<R>(f: impl FnOnce() -> R) -> R {
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            OWN.with(|d| d.set(d.get() - 1));
+        }
+    }
+    OWN.with(|d| d.set(d.get() + 1));
+    let _leave = Leave;
+    f()
+}
+
+/// The allocation counters at one instant.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub own: u64,
+    pub other: u64,
+    pub live_bytes: i64,
+}
+
+pub fn counters() -> Counters {
+    Counters {
+        own: OWN_ALLOCATIONS.load(Relaxed),
+        other: OTHER_ALLOCATIONS.load(Relaxed),
+        live_bytes: LIVE_BYTES.load(Relaxed),
+    }
+}
+
+/// Whether this process allocates with mimalloc.
+pub fn is_mimalloc() -> bool {
+    backend() == 2
+}
+
+/// Decided once, at the process's first allocation, from the environment (read without
+/// allocating), so every block is freed by the allocator that made it.
+#[inline]
+fn backend() -> u8 {
+    match BACKEND.load(Relaxed) {
+        0 => {
+            let chosen = if asks_for_mimalloc() { 2 } else { 1 };
+            BACKEND.store(chosen, Relaxed);
+            chosen
+        }
+        b => b,
+    }
+}
+
+#[cfg(unix)]
+fn asks_for_mimalloc() -> bool {
+    // The name of `ALLOCATOR_VAR`, NUL-terminated.
+    // SAFETY: `getenv` with a NUL-terminated name; nothing in this process sets variables.
+    let value = unsafe { libc::getenv(c"FRAME_LOOP_ALLOCATOR".as_ptr()) };
+    // SAFETY: a non-null result is a NUL-terminated string owned by the environment.
+    !value.is_null() && unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes() == b"mimalloc"
+}
+
+#[cfg(not(unix))]
+fn asks_for_mimalloc() -> bool {
+    false
+}
+
+#[inline]
+fn count(bytes: i64) {
+    let counter = if OWN.with(Cell::get) > 0 {
+        &OWN_ALLOCATIONS
+    } else {
+        &OTHER_ALLOCATIONS
+    };
+    counter.fetch_add(1, Relaxed);
+    LIVE_BYTES.fetch_add(bytes, Relaxed);
+}
+
+/// The counting allocator.
+pub struct Counting;
+
+// SAFETY: every call is forwarded unchanged to one allocator, the same for the whole
+// process (chosen before the first block is handed out); counting has no effect on the
+// memory handed out.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count(layout.size() as i64);
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match backend() {
+                2 => mimalloc::MiMalloc.alloc(layout),
+                _ => System.alloc(layout),
+            }
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count(layout.size() as i64);
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match backend() {
+                2 => mimalloc::MiMalloc.alloc_zeroed(layout),
+                _ => System.alloc_zeroed(layout),
+            }
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as i64, Relaxed);
+        // SAFETY: forwarded from the caller; the block came from the same allocator.
+        unsafe {
+            match backend() {
+                2 => mimalloc::MiMalloc.dealloc(ptr, layout),
+                _ => System.dealloc(ptr, layout),
+            }
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count(new_size as i64 - layout.size() as i64);
+        // SAFETY: forwarded from the caller; the block came from the same allocator.
+        unsafe {
+            match backend() {
+                2 => mimalloc::MiMalloc.realloc(ptr, layout, new_size),
+                _ => System.realloc(ptr, layout, new_size),
+            }
+        }
+    }
+}
+
+/// The process's resident set size in bytes (0 where it cannot be read).
+pub fn rss_bytes() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else {
+            return 0;
+        };
+        let pages: u64 = statm
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        // SAFETY: `sysconf` has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64;
+        pages * page
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}

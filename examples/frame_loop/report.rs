@@ -1,0 +1,288 @@
+//! The report: per-run figures, the checksums, the verdict against the demo's targets, and
+//! the CSV of every frame.
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::runs::{Frame, RunRecord};
+
+/// Frames after a spike at which its memory is looked at again.
+pub const AFTER: usize = 120;
+
+/// One run's figures.
+pub struct Summary {
+    pub mean: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+    /// Mean time of the spike frames.
+    pub spike: f64,
+    pub own_per_frame: f64,
+    pub bevy_per_frame: f64,
+    pub own_total: u64,
+    /// Held bytes: steady state (median before the first spike), at a spike and `AFTER`
+    /// frames after one (the largest over the spikes).
+    pub held: [i64; 3],
+    pub rss: [i64; 3],
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((q * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)]
+}
+
+/// Steady state, at the spike, after it, of `figure`.
+fn phases(frames: &[Frame], figure: impl Fn(&Frame) -> i64) -> [i64; 3] {
+    let spikes: Vec<usize> = (0..frames.len()).filter(|&i| frames[i].spike).collect();
+    let first = spikes.first().copied().unwrap_or(frames.len());
+    let mut before: Vec<i64> = frames[..first].iter().map(&figure).collect();
+    before.sort_unstable();
+    let steady = before.get(before.len() / 2).copied().unwrap_or(0);
+    let at = spikes
+        .iter()
+        .map(|&i| figure(&frames[i]))
+        .max()
+        .unwrap_or(0);
+    let after = spikes
+        .iter()
+        .filter_map(|&i| frames.get(i + AFTER))
+        .map(&figure)
+        .max()
+        .unwrap_or(0);
+    [steady, at, after]
+}
+
+pub fn summary(run: &RunRecord) -> Summary {
+    let frames = &run.frames;
+    let mut t: Vec<f64> = frames.iter().map(|f| f.micros).collect();
+    t.sort_by(f64::total_cmp);
+    let n = t.len() as f64;
+    let spikes: Vec<f64> = frames
+        .iter()
+        .filter(|f| f.spike)
+        .map(|f| f.micros)
+        .collect();
+    let own_total: u64 = frames.iter().map(|f| f.own_allocs).sum();
+    Summary {
+        mean: t.iter().sum::<f64>() / n,
+        p50: percentile(&t, 0.5),
+        p99: percentile(&t, 0.99),
+        max: t[t.len() - 1],
+        spike: spikes.iter().sum::<f64>() / spikes.len().max(1) as f64,
+        own_per_frame: own_total as f64 / n,
+        bevy_per_frame: frames.iter().map(|f| f.bevy_allocs).sum::<u64>() as f64 / n,
+        own_total,
+        held: phases(frames, |f| f.held),
+        rss: phases(frames, |f| f.rss as i64),
+    }
+}
+
+pub fn bytes(b: i64) -> String {
+    let a = b.unsigned_abs() as f64;
+    let sign = if b < 0 { "-" } else { "" };
+    if a >= (1 << 20) as f64 {
+        format!("{sign}{:.1} MiB", a / (1 << 20) as f64)
+    } else {
+        format!("{sign}{:.0} KiB", a / 1024.0)
+    }
+}
+
+fn ms(us: f64) -> String {
+    format!("{:.2}", us / 1e3)
+}
+
+/// Prints the tables; returns whether the checksums agree.
+pub fn print(runs: &[RunRecord], sums: &[Summary]) -> bool {
+    println!();
+    println!(
+        "{:<14} {:>7} {:>7} {:>7} {:>7} {:>9} {:>11} {:>11}",
+        "frame time ms", "mean", "p50", "p99", "max", "spike", "own allocs", "Bevy allocs"
+    );
+    for (r, s) in runs.iter().zip(sums) {
+        println!(
+            "{:<14} {:>7} {:>7} {:>7} {:>7} {:>9} {:>11.1} {:>11.1}",
+            r.run.name,
+            ms(s.mean),
+            ms(s.p50),
+            ms(s.p99),
+            ms(s.max),
+            ms(s.spike),
+            s.own_per_frame,
+            s.bevy_per_frame
+        );
+    }
+    println!("  (allocations are per frame; spike: the mean of the spike frames)");
+    println!();
+    println!(
+        "{:<14} {:>10} {:>10} {:>10}   {:>9} {:>9} {:>9}",
+        "held", "steady", "at spike", "+120 fr.", "RSS", "at spike", "+120 fr."
+    );
+    for (r, s) in runs.iter().zip(sums) {
+        println!(
+            "{:<14} {:>10} {:>10} {:>10}   {:>9} {:>9} {:>9}",
+            r.run.name,
+            bytes(s.held[0]),
+            bytes(s.held[1]),
+            bytes(s.held[2]),
+            bytes(s.rss[0]),
+            bytes(s.rss[1]),
+            bytes(s.rss[2])
+        );
+    }
+    println!(
+        "  held: arena = blocks its arenas hold (Scratch, with_scratch, FrameMemory); heap = live \
+         heap bytes above the level after warm-up; local-vec = capacity its Locals keep"
+    );
+    if let Some(arena) = runs.iter().find(|r| r.run.name == "arena") {
+        let c = arena.closing;
+        let last = arena.frames.last().copied().unwrap_or_default();
+        println!(
+            "  arena run at the end: Scratch {}, FrameMemory {}, with_scratch {}; {} Scratch \
+             arenas, scratch pool high watermark {}, {} exhaustions, {} heap fallbacks",
+            bytes(last.scratch_held as i64),
+            bytes(last.frame_memory_held as i64),
+            bytes(last.held - last.scratch_held as i64 - last.frame_memory_held as i64),
+            c.scratch_arenas,
+            bytes(c.pool_high_watermark as i64),
+            c.exhaustions,
+            c.heap_fallbacks
+        );
+    }
+    print_tag_table(runs);
+    let first = &runs[0];
+    let mismatch = runs[1..].iter().find_map(|other| {
+        first
+            .frames
+            .iter()
+            .zip(&other.frames)
+            .position(|(a, b)| a.checksum != b.checksum)
+            .map(|f| (other.run.name, f))
+    });
+    match mismatch {
+        Some((name, f)) => {
+            eprintln!(
+                "checksums differ: {} and {name} disagree at frame {f}",
+                first.run.name
+            );
+            false
+        }
+        None => {
+            println!(
+                "checksums: identical in all {} runs, every frame",
+                runs.len()
+            );
+            true
+        }
+    }
+}
+
+/// Where the arena run's memory went, tag by tag.
+fn print_tag_table(_runs: &[RunRecord]) {
+    // TAG LEDGER: when `nebula_memory::ledger` lands (tags on arenas), print here a table of
+    // the arena run's bytes per tag (steady state, at the spike, after it), one row per
+    // system of the demo. Not built yet: the ledger does not exist in the crate.
+}
+
+/// The verdict, from this run's figures: the three runs side by side, then each target met
+/// or missed.
+pub fn verdict(runs: &[RunRecord], sums: &[Summary]) {
+    let find = |name: &str| {
+        runs.iter()
+            .position(|r| r.run.name == name)
+            .map(|i| &sums[i])
+    };
+    let (Some(a), Some(h), Some(l)) = (find("arena"), find("heap"), find("local-vec")) else {
+        return;
+    };
+    let three = |f: &dyn Fn(&Summary) -> String| format!("{} / {} / {}", f(a), f(h), f(l));
+    println!();
+    println!("verdict, arena / heap / local-vec:");
+    println!(
+        "- frame time: mean {} ms, p50 {} ms, p99 {} ms, max {} ms, spike frame {} ms",
+        three(&|s| ms(s.mean)),
+        three(&|s| ms(s.p50)),
+        three(&|s| ms(s.p99)),
+        three(&|s| ms(s.max)),
+        three(&|s| ms(s.spike))
+    );
+    println!(
+        "- heap allocations per frame: own code {}, Bevy {}",
+        three(&|s| format!("{:.1}", s.own_per_frame)),
+        three(&|s| format!("{:.1}", s.bevy_per_frame))
+    );
+    println!(
+        "- bytes held: steady {}, at the spike {}, {AFTER} frames after {}; RSS {AFTER} frames \
+         after {}",
+        three(&|s| bytes(s.held[0])),
+        three(&|s| bytes(s.held[1])),
+        three(&|s| bytes(s.held[2])),
+        three(&|s| bytes(s.rss[2]))
+    );
+    if let Some(m) = find("heap+mimalloc") {
+        println!(
+            "- heap+mimalloc: mean {} ms, p99 {} ms, spike frame {} ms, RSS {AFTER} frames after \
+             a spike {}",
+            ms(m.mean),
+            ms(m.p99),
+            ms(m.spike),
+            bytes(m.rss[2])
+        );
+    }
+    let met = |ok: bool| if ok { "met" } else { "MISSED" };
+    let ratio = a.held[2] as f64 / l.held[2].max(1) as f64;
+    println!("targets:");
+    println!(
+        "- arena's held bytes {AFTER} frames after a spike <= 1/10 of local-vec's: {} ({} is \
+         {:.2} of {})",
+        met(ratio <= 0.1),
+        bytes(a.held[2]),
+        ratio,
+        bytes(l.held[2])
+    );
+    println!(
+        "- no heap allocation from the demo's own code in the arena run: {} ({} in {} frames)",
+        met(a.own_total == 0),
+        a.own_total,
+        runs[0].frames.len()
+    );
+    println!(
+        "- arena's mean frame <= both others': {} ({:.0}% of heap's, {:.0}% of local-vec's)",
+        met(a.mean <= h.mean && a.mean <= l.mean),
+        100.0 * a.mean / h.mean,
+        100.0 * a.mean / l.mean
+    );
+    println!(
+        "- arena's p99 frame <= both others': {} ({:.0}% of heap's, {:.0}% of local-vec's)",
+        met(a.p99 <= h.p99 && a.p99 <= l.p99),
+        100.0 * a.p99 / h.p99,
+        100.0 * a.p99 / l.p99
+    );
+}
+
+pub fn write_csv(path: &Path, runs: &[RunRecord]) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(
+        out,
+        "frame,run,spike,frame_time_us,own_allocs,bevy_allocs,held_bytes,live_heap_bytes,\
+         rss_bytes,scratch_held,frame_memory_held,checksum"
+    )?;
+    for r in runs {
+        for (i, f) in r.frames.iter().enumerate() {
+            writeln!(
+                out,
+                "{i},{},{},{:.1},{},{},{},{},{},{},{},{}",
+                r.run.name,
+                u8::from(f.spike),
+                f.micros,
+                f.own_allocs,
+                f.bevy_allocs,
+                f.held,
+                f.live_heap,
+                f.rss,
+                f.scratch_held,
+                f.frame_memory_held,
+                f.checksum
+            )?;
+        }
+    }
+    out.flush()
+}

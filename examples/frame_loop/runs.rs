@@ -1,0 +1,315 @@
+//! The runs: each in a process of its own (so that its live heap bytes and its RSS are its
+//! own, and so that one can allocate with mimalloc), taking turns of [`TURN`] frames under
+//! the parent's direction, so the machine's drift falls on every run alike.
+//!
+//! The parent starts the children (this same program with `--child RUN`) and talks to
+//! them over their standard input and output, one line per command or frame:
+//! `warm` (play the warm-up frames), `play N` (play N frames, one line of figures each),
+//! `stats` (the run's closing figures); each answer ends with `ok`.
+
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
+
+use bevy_app::App;
+use nebula_memory::bevy::{FrameMemory, FrameMemoryStats};
+
+use crate::alloc::{ALLOCATOR_VAR, counters, rss_bytes};
+use crate::systems::{Checksum, LocalHeld, Mode, Tick, app};
+use crate::workload::is_spike;
+
+/// Frames each run plays before the next run's turn.
+pub const TURN: usize = 50;
+/// Frames each run plays before it is measured.
+pub const WARM_UP: usize = 60;
+
+/// A run: where its temporaries live, and its global allocator.
+#[derive(Clone, Copy, Debug)]
+pub struct Run {
+    pub name: &'static str,
+    pub mode: Mode,
+    pub mimalloc: bool,
+}
+
+pub const RUNS: [Run; 4] = [
+    Run {
+        name: "arena",
+        mode: Mode::Arena,
+        mimalloc: false,
+    },
+    Run {
+        name: "heap",
+        mode: Mode::Heap,
+        mimalloc: false,
+    },
+    Run {
+        name: "local-vec",
+        mode: Mode::LocalVec,
+        mimalloc: false,
+    },
+    Run {
+        name: "heap+mimalloc",
+        mode: Mode::Heap,
+        mimalloc: true,
+    },
+];
+
+/// One frame's figures.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Frame {
+    pub spike: bool,
+    pub micros: f64,
+    /// Heap allocations of the demo's own code, and of everything else (Bevy).
+    pub own_allocs: u64,
+    pub bevy_allocs: u64,
+    /// Bytes the run's way of allocating holds after the frame (see the report).
+    pub held: i64,
+    /// Live heap bytes of the process, and its RSS.
+    pub live_heap: i64,
+    pub rss: u64,
+    pub checksum: u64,
+    /// Arena run: bytes held by the `Scratch` arenas and by `FrameMemory` (the rest of
+    /// `held` is the `with_scratch` arenas').
+    pub scratch_held: u64,
+    pub frame_memory_held: u64,
+}
+
+impl Frame {
+    fn to_line(self) -> String {
+        format!(
+            "{} {:.2} {} {} {} {} {} {} {} {}",
+            u8::from(self.spike),
+            self.micros,
+            self.own_allocs,
+            self.bevy_allocs,
+            self.held,
+            self.live_heap,
+            self.rss,
+            self.checksum,
+            self.scratch_held,
+            self.frame_memory_held
+        )
+    }
+
+    fn from_line(line: &str) -> Option<Frame> {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        Some(Frame {
+            spike: f.first()? == &"1",
+            micros: f.get(1)?.parse().ok()?,
+            own_allocs: f.get(2)?.parse().ok()?,
+            bevy_allocs: f.get(3)?.parse().ok()?,
+            held: f.get(4)?.parse().ok()?,
+            live_heap: f.get(5)?.parse().ok()?,
+            rss: f.get(6)?.parse().ok()?,
+            checksum: f.get(7)?.parse().ok()?,
+            scratch_held: f.get(8)?.parse().ok()?,
+            frame_memory_held: f.get(9)?.parse().ok()?,
+        })
+    }
+}
+
+/// Closing figures of a run (the arena run's pools; zeros elsewhere).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Closing {
+    pub scratch_arenas: usize,
+    pub pool_high_watermark: usize,
+    pub exhaustions: u64,
+    pub heap_fallbacks: u64,
+}
+
+/// A run's frames and closing figures.
+pub struct RunRecord {
+    pub run: Run,
+    pub frames: Vec<Frame>,
+    pub closing: Closing,
+}
+
+/// Plays one frame of `app`; `live_base` is the live heap bytes the heap run's held figure
+/// counts from.
+fn frame(app: &mut App, mode: Mode, live_base: i64) -> Frame {
+    let spike = is_spike(app.world().resource::<Tick>().0);
+    let before = counters();
+    let start = Instant::now();
+    app.update();
+    let micros = start.elapsed().as_secs_f64() * 1e6;
+    let after = counters();
+    let world = app.world();
+    let checksum = world
+        .resource::<Checksum>()
+        .0
+        .swap(0, std::sync::atomic::Ordering::Relaxed);
+    let stats = world.resource::<FrameMemoryStats>();
+    let frames = world.resource::<FrameMemory>();
+    let frame_memory_held = frames.current().bytes_held() + frames.previous().bytes_held();
+    let held = match mode {
+        // Every block this process's arenas hold comes from the scratch pool.
+        Mode::Arena => stats.pools[2].in_use as i64,
+        Mode::Heap => after.live_bytes - live_base,
+        Mode::LocalVec => {
+            let locals = world.resource::<LocalHeld>();
+            locals
+                .0
+                .iter()
+                .map(|h| h.load(std::sync::atomic::Ordering::Relaxed) as i64)
+                .sum()
+        }
+    };
+    let arena = mode == Mode::Arena;
+    Frame {
+        spike,
+        micros,
+        own_allocs: after.own - before.own,
+        bevy_allocs: after.other - before.other,
+        held,
+        live_heap: after.live_bytes,
+        rss: rss_bytes(),
+        checksum,
+        scratch_held: if arena {
+            stats.scratch_bytes_held as u64
+        } else {
+            0
+        },
+        frame_memory_held: if arena { frame_memory_held as u64 } else { 0 },
+    }
+}
+
+/// The child's side: plays the frames it is told to and reports them.
+pub fn child(run: Run, entities: usize) {
+    let mut app = app(run.mode, entities);
+    let mut live_base = counters().live_bytes;
+    let stdin = std::io::stdin();
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut lines: Vec<String> = Vec::with_capacity(TURN);
+    for command in stdin.lock().lines() {
+        let command = command.expect("reading a command from the parent");
+        let words: Vec<&str> = command.split_whitespace().collect();
+        match words.as_slice() {
+            ["warm"] => {
+                for _ in 0..WARM_UP {
+                    frame(&mut app, run.mode, live_base);
+                }
+                live_base = counters().live_bytes;
+            }
+            ["play", n] => {
+                let n: usize = n.parse().expect("play N");
+                lines.clear();
+                for _ in 0..n {
+                    let f = frame(&mut app, run.mode, live_base);
+                    lines.push(f.to_line());
+                }
+                for line in &lines {
+                    writeln!(out, "{line}").unwrap();
+                }
+            }
+            ["stats"] => {
+                let s = app.world().resource::<FrameMemoryStats>();
+                let pool = s.pools[2];
+                writeln!(
+                    out,
+                    "{} {} {} {}",
+                    s.scratch_arenas,
+                    pool.high_watermark,
+                    s.exhaustions_total,
+                    s.heap_fallbacks_total
+                )
+                .unwrap();
+            }
+            _ => panic!("unknown command from the parent: {command}"),
+        }
+        writeln!(out, "ok").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+struct Handle {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl Handle {
+    /// Sends `command`, returns the answer's lines (before `ok`).
+    fn ask(&mut self, command: &str) -> Vec<String> {
+        writeln!(self.input, "{command}")
+            .and_then(|()| self.input.flush())
+            .expect("writing to a run");
+        let mut answer = Vec::new();
+        loop {
+            let mut line = String::new();
+            let read = self
+                .output
+                .read_line(&mut line)
+                .expect("reading from a run");
+            assert!(read > 0, "a run ended early (see its message above)");
+            if line.trim_end() == "ok" {
+                return answer;
+            }
+            answer.push(line.trim_end().to_owned());
+        }
+    }
+}
+
+/// Starts the runs, plays `frames` frames of each in turns of `TURN`, and returns them.
+pub fn run_all(runs: &[Run], frames: usize, entities: usize) -> Vec<RunRecord> {
+    let exe = std::env::current_exe().expect("the path of this program");
+    let mut handles: Vec<Handle> = runs
+        .iter()
+        .map(|run| {
+            let mut child = Command::new(&exe)
+                .args(["--child", run.name, "--entities", &entities.to_string()])
+                .env(
+                    ALLOCATOR_VAR,
+                    if run.mimalloc { "mimalloc" } else { "system" },
+                )
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("starting a run");
+            let input = child.stdin.take().unwrap();
+            let output = BufReader::new(child.stdout.take().unwrap());
+            Handle {
+                child,
+                input,
+                output,
+            }
+        })
+        .collect();
+    for h in &mut handles {
+        h.ask("warm");
+    }
+    let mut records: Vec<RunRecord> = runs
+        .iter()
+        .map(|&run| RunRecord {
+            run,
+            frames: Vec::with_capacity(frames),
+            closing: Closing::default(),
+        })
+        .collect();
+    while records[0].frames.len() < frames {
+        let n = TURN.min(frames - records[0].frames.len());
+        for (h, r) in handles.iter_mut().zip(&mut records) {
+            let lines = h.ask(&format!("play {n}"));
+            r.frames.extend(
+                lines
+                    .iter()
+                    .map(|l| Frame::from_line(l).expect("a frame's figures")),
+            );
+        }
+    }
+    for (mut h, r) in handles.into_iter().zip(&mut records) {
+        let answer = h.ask("stats");
+        let f: Vec<u64> = answer[0]
+            .split_whitespace()
+            .map(|w| w.parse().unwrap())
+            .collect();
+        r.closing = Closing {
+            scratch_arenas: f[0] as usize,
+            pool_high_watermark: f[1] as usize,
+            exhaustions: f[2],
+            heap_fallbacks: f[3],
+        };
+        drop(h.input);
+        h.child.wait().expect("a run's exit");
+    }
+    records
+}

@@ -1,0 +1,337 @@
+//! The Bevy side: one app per run, whose systems call the shared work of `workload` and
+//! `render` with the run's temporaries.
+//!
+//! - **arena**: `Scratch` for a system's temporaries; `with_scratch` for each entity's
+//!   list inside `par_iter` (the calling compute thread's scratch arena, rewound when the
+//!   entity is done); `FrameMemory` for the visible list handed from culling to LOD sorting.
+//! - **heap**: a fresh `Vec` for every temporary, per entity too.
+//! - **local-vec**: the Bevy idiom for reuse: `Local<Vec>` buffers cleared each run, and
+//!   `Local<Parallel<Vec>>` (bevy_utils) for the per-entity lists, one per thread.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+
+use allocator_api2::alloc::{Allocator, Global};
+use allocator_api2::vec::Vec as AVec;
+use bevy_app::{
+    App, Last, PostUpdate, TaskPoolOptions, TaskPoolPlugin, TaskPoolThreadAssignmentPolicy, Update,
+};
+use bevy_ecs::prelude::*;
+use bevy_utils::Parallel;
+use nebula_memory::FrameHandle;
+use nebula_memory::bevy::{FrameMemory, MemoryPlugin, MemorySystems, Scratch};
+use nebula_memory::with_scratch;
+
+use crate::alloc::own;
+use crate::render::{cull, lod_sort, stream_chunks};
+use crate::workload::*;
+
+/// Where the temporaries of a run live.
+#[derive(Resource, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Arena,
+    Heap,
+    LocalVec,
+}
+
+/// The frame's checksum: every system adds its own (wrapping), so the order in which the
+/// parallel systems finish does not matter.
+#[derive(Resource, Default)]
+pub struct Checksum(pub AtomicU64);
+
+impl Checksum {
+    fn add(&self, value: u64) {
+        self.0.fetch_add(value, Relaxed);
+    }
+}
+
+/// Frames played so far (drives the spikes and the chunks streamed).
+#[derive(Resource, Default)]
+pub struct Tick(pub u64);
+
+/// Bytes of capacity the local-vec run's buffers keep, one figure per system.
+#[derive(Resource, Default)]
+pub struct LocalHeld(pub [AtomicUsize; 4]);
+
+/// The visible list, from culling to LOD sorting: a frame handle in the arena run, a
+/// vector otherwise (fresh each frame in the heap run, reused in the local-vec run).
+#[derive(Resource, Default)]
+struct Visible {
+    handle: Option<FrameHandle<[u32]>>,
+    list: AVec<u32, Global>,
+}
+
+fn bytes<T, A: Allocator>(v: &AVec<T, A>) -> usize {
+    v.capacity() * size_of::<T>()
+}
+
+/// The shared body of the physics system: grid, per-entity steering in `par_iter` (each
+/// entity's list from `with_list`), contact pairs. Returns the checksum.
+fn physics<A: Allocator>(
+    entries: &mut AVec<Entry, A>,
+    starts: &mut AVec<u32, A>,
+    pairs: &mut AVec<(u32, u32), A>,
+    query: &mut Query<(&Id, &Pos, &mut Steer)>,
+    scale: f32,
+    with_list: impl Fn(Grid<'_>, u32, [f32; 3], f32) -> Steer + Send + Sync + Clone,
+) -> u64 {
+    own(|| build_grid(entries, starts, query.iter().map(|(id, p, _)| (id.0, p.0))));
+    let grid = Grid { entries, starts };
+    query.par_iter_mut().for_each(|(id, p, mut steer)| {
+        *steer = own(|| with_list(grid, id.0, p.0, FLOCK_RADIUS * scale));
+    });
+    own(|| {
+        let steering = query.iter().fold(0u64, |h, (_, _, s)| {
+            h.wrapping_add(s.hash ^ u64::from(s.v[0].to_bits()))
+        });
+        steering.wrapping_add(contacts(pairs, grid, CONTACT_RADIUS * scale))
+    })
+}
+
+#[derive(Default)]
+struct PhysicsBuffers {
+    entries: AVec<Entry, Global>,
+    starts: AVec<u32, Global>,
+    pairs: AVec<(u32, u32), Global>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn physics_system(
+    mode: Res<Mode>,
+    scratch: Scratch,
+    mut local: Local<PhysicsBuffers>,
+    mut lists: Local<Parallel<AVec<Near, Global>>>,
+    mut query: Query<(&Id, &Pos, &mut Steer)>,
+    tick: Res<Tick>,
+    checksum: Res<Checksum>,
+    held: Res<LocalHeld>,
+) {
+    let scale = if is_spike(tick.0) { BLAST } else { 1.0 };
+    let sum = match *mode {
+        Mode::Arena => {
+            let a = &*scratch;
+            let (mut entries, mut starts) = (AVec::new_in(a), AVec::new_in(a));
+            physics(
+                &mut entries,
+                &mut starts,
+                &mut AVec::new_in(a),
+                &mut query,
+                scale,
+                |g, id, p, r| with_scratch(|s| steer_one(&mut AVec::new_in(s), g, id, p, r)),
+            )
+        }
+        Mode::Heap => physics(
+            &mut AVec::new(),
+            &mut AVec::new(),
+            &mut AVec::new(),
+            &mut query,
+            scale,
+            |g, id, p, r| steer_one(&mut AVec::new(), g, id, p, r),
+        ),
+        Mode::LocalVec => {
+            let PhysicsBuffers {
+                entries,
+                starts,
+                pairs,
+            } = &mut *local;
+            entries.clear();
+            starts.clear();
+            pairs.clear();
+            let lists = &*lists;
+            let sum = physics(entries, starts, pairs, &mut query, scale, |g, id, p, r| {
+                steer_one(&mut lists.borrow_local_mut(), g, id, p, r)
+            });
+            let kept = bytes(entries) + bytes(starts) + bytes(pairs);
+            held.0[0].store(kept, Relaxed);
+            sum
+        }
+    };
+    if *mode == Mode::LocalVec {
+        let kept: usize = lists.iter_mut().map(|l| bytes(l)).sum();
+        held.0[0].fetch_add(kept, Relaxed);
+    }
+    checksum.add(sum);
+}
+
+fn cull_system(
+    mode: Res<Mode>,
+    scratch: Scratch,
+    frames: Res<FrameMemory>,
+    mut visible: ResMut<Visible>,
+    query: Query<(&Id, &Pos)>,
+    checksum: Res<Checksum>,
+    held: Res<LocalHeld>,
+) {
+    let items = query.iter().map(|(id, p)| (id.0, p.0));
+    let sum = own(|| match *mode {
+        Mode::Arena => {
+            let mut out = AVec::new_in(&*scratch);
+            let sum = cull(&mut out, items);
+            visible.handle = Some(frames.store_slice(&out));
+            sum
+        }
+        Mode::Heap => {
+            let mut out = AVec::new();
+            let sum = cull(&mut out, items);
+            visible.list = out; // a fresh vector every frame
+            sum
+        }
+        Mode::LocalVec => {
+            visible.list.clear(); // the same vector, reused
+            let sum = cull(&mut visible.list, items);
+            held.0[1].store(bytes(&visible.list), Relaxed);
+            sum
+        }
+    });
+    checksum.add(sum);
+}
+
+#[derive(Default)]
+struct LodBuffers {
+    keys: AVec<(u32, u32), Global>,
+    pos: AVec<[f32; 3], Global>,
+}
+
+/// LOD sorting with `pos` (positions by id) and `keys` as temporaries.
+fn lod<A: Allocator>(
+    keys: &mut AVec<(u32, u32), A>,
+    pos: &mut AVec<[f32; 3], A>,
+    visible: &[u32],
+    query: &Query<(&Id, &Pos)>,
+) -> u64 {
+    pos.resize(query.iter().len(), [0.0; 3]);
+    for (id, p) in query {
+        pos[id.0 as usize] = p.0;
+    }
+    lod_sort(keys, visible, pos)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn lod_system(
+    mode: Res<Mode>,
+    scratch: Scratch,
+    frames: Res<FrameMemory>,
+    visible: Res<Visible>,
+    mut local: Local<LodBuffers>,
+    query: Query<(&Id, &Pos)>,
+    checksum: Res<Checksum>,
+    held: Res<LocalHeld>,
+) {
+    let sum = own(|| match *mode {
+        Mode::Arena => {
+            let list = visible.handle.and_then(|h| frames.get(h)).unwrap_or(&[]);
+            let a = &*scratch;
+            lod(&mut AVec::new_in(a), &mut AVec::new_in(a), list, &query)
+        }
+        Mode::Heap => lod(&mut AVec::new(), &mut AVec::new(), &visible.list, &query),
+        Mode::LocalVec => {
+            let LodBuffers { keys, pos } = &mut *local;
+            keys.clear();
+            pos.clear();
+            let sum = lod(keys, pos, &visible.list, &query);
+            held.0[2].store(bytes(keys) + bytes(pos), Relaxed);
+            sum
+        }
+    });
+    checksum.add(sum);
+}
+
+#[derive(Default)]
+struct StreamBuffers {
+    voxels: AVec<u8, Global>,
+    mask: AVec<u8, Global>,
+    quads: AVec<[u8; 6], Global>,
+}
+
+fn stream_system(
+    mode: Res<Mode>,
+    scratch: Scratch,
+    mut local: Local<StreamBuffers>,
+    tick: Res<Tick>,
+    checksum: Res<Checksum>,
+    held: Res<LocalHeld>,
+) {
+    let (count, batch) = if is_spike(tick.0) {
+        (REGION, REGION)
+    } else {
+        (CHUNKS_PER_FRAME, 1)
+    };
+    let first = tick.0 * REGION as u64;
+    let sum = own(|| match *mode {
+        Mode::Arena => {
+            let a = &*scratch;
+            let (mut voxels, mut mask) = (AVec::new_in(a), AVec::new_in(a));
+            stream_chunks(
+                &mut voxels,
+                &mut mask,
+                &mut AVec::new_in(a),
+                first,
+                count,
+                batch,
+            )
+        }
+        Mode::Heap => stream_chunks(
+            &mut AVec::new(),
+            &mut AVec::new(),
+            &mut AVec::new(),
+            first,
+            count,
+            batch,
+        ),
+        Mode::LocalVec => {
+            let StreamBuffers {
+                voxels,
+                mask,
+                quads,
+            } = &mut *local;
+            quads.clear();
+            let sum = stream_chunks(voxels, mask, quads, first, count, batch);
+            held.0[3].store(bytes(voxels) + bytes(mask) + bytes(quads), Relaxed);
+            sum
+        }
+    });
+    checksum.add(sum);
+}
+
+/// The app of one run: 4 compute threads, the memory plugin, `entities` entities.
+pub fn app(mode: Mode, entities: usize) -> App {
+    let compute = TaskPoolThreadAssignmentPolicy {
+        min_threads: 4,
+        max_threads: 4,
+        percent: 1.0,
+        on_thread_spawn: None,
+        on_thread_destroy: None,
+    };
+    let mut app = App::new();
+    app.add_plugins(TaskPoolPlugin {
+        task_pool_options: TaskPoolOptions {
+            compute,
+            ..Default::default()
+        },
+    })
+    .add_plugins(MemoryPlugin::default())
+    .insert_resource(mode)
+    .init_resource::<Checksum>()
+    .init_resource::<Tick>()
+    .init_resource::<Visible>()
+    .init_resource::<LocalHeld>()
+    .add_systems(Update, movement)
+    // Physics, culling and streaming run in parallel; LOD sorting needs the visible list.
+    .add_systems(
+        PostUpdate,
+        (
+            physics_system,
+            stream_system,
+            cull_system,
+            lod_system.after(cull_system),
+        ),
+    )
+    .add_systems(
+        Last,
+        (|mut tick: ResMut<Tick>| tick.0 += 1).after(MemorySystems::Reset),
+    );
+    spawn(app.world_mut(), entities);
+    app.finish();
+    app.cleanup();
+    app
+}
