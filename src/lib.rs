@@ -98,7 +98,10 @@ pub use per_thread::{
     end_thread_arena_frame, set_thread_arena_capacity, thread_arena_alloc, thread_arena_frame,
     thread_arena_reset, thread_arena_stats,
 };
-pub use per_thread::{SCRATCH_IDLE_PASSES, with_scratch};
+pub use per_thread::{
+    SCRATCH_FIRST_BLOCK, SCRATCH_IDLE_PASSES, ScratchBatch, ScratchStats, scratch_batch,
+    with_scratch, with_scratch_stats,
+};
 pub use shared::{
     DoubleBufferedArena, FrameHandle, GameArena, GameArenaGuard, SharedArena, engine_arena,
     game_arena,

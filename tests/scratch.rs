@@ -381,3 +381,35 @@ fn scratch_during_thread_teardown() {
     .unwrap();
     assert_eq!(scratch_pool().stats().blocks_in_use, before);
 }
+
+/// A `ScratchBatch` holds one arena for many scopes: each scope starts at the same
+/// address (the previous one was reset), a nested `with_scratch` gets another arena, and
+/// dropping the batch frees its arena for the next claim. `with_scratch_stats` counts the
+/// arenas and the bytes they hold.
+#[test]
+fn a_scratch_batch_reuses_one_arena_for_many_scopes() {
+    isolated(|| {
+        use nebula_memory::{Arena, scratch_batch, with_scratch_stats};
+        let mut batch = scratch_batch();
+        let first = batch.scope(|s| s.alloc_val(1u64) as *mut u64 as usize);
+        for i in 0..100u64 {
+            let (addr, inner) = batch.scope(|s| {
+                let v = s.alloc_slice_fill_with(64, |k| i + k as u64);
+                let inner = with_scratch(|t| {
+                    let w = t.alloc_val(7u64);
+                    *w + v[63]
+                });
+                (v.as_ptr() as usize, inner)
+            });
+            assert_eq!(addr, first, "scope {i} did not start where the last one did");
+            assert_eq!(inner, 7 + i + 63);
+        }
+        let during = with_scratch_stats();
+        assert!(during.arenas >= 2, "{during:?}");
+        drop(batch);
+        // The batch's arena is free again: with_scratch gets it (the same first address).
+        let again = with_scratch(|s| s.alloc_val(1u64) as *mut u64 as usize);
+        assert_eq!(again, first);
+        assert!(with_scratch_stats().bytes_held > 0);
+    });
+}

@@ -363,3 +363,26 @@ fn wait_and_reset_with_a_guard_of_ones_own_panics() {
         level.wait_and_reset();
     });
 }
+
+/// A thread's part that allocated nothing since the last reset gives all its memory back
+/// at the reset, so only threads that use a shared arena hold memory for it.
+#[test]
+fn idle_parts_give_their_blocks_back_at_reset() {
+    let pool = common::pool("shared-idle");
+    let mut arena = SharedArena::new(&pool);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            arena.alloc_slice(1000, 1u8);
+        });
+    });
+    arena.alloc_slice(1000, 1u8);
+    let two = arena.bytes_held();
+    arena.reset(); // both parts allocated: both keep a block
+    assert_eq!(arena.bytes_held(), two);
+    arena.alloc_slice(1000, 1u8); // only this thread's part allocates
+    arena.reset(); // the other thread's part was idle: its block goes back
+    assert!(arena.bytes_held() < two, "{} of {two}", arena.bytes_held());
+    assert_eq!(arena.bytes_held(), pool.stats().in_use);
+    arena.reset(); // now this thread's part is idle too
+    assert_eq!((arena.bytes_held(), pool.stats().in_use), (0, 0));
+}

@@ -19,8 +19,8 @@ use crate::global::{GlobalPoolConfig, configure_global_pools, global_pool_config
 use crate::ledger::{self, Budget};
 use crate::maintain::maintain_global_pools;
 use crate::per_thread::{
-    DEFAULT_THREAD_ARENA_CAPACITY, all_thread_arenas_stats, end_thread_arena_frame,
-    set_thread_arena_capacity,
+    DEFAULT_THREAD_ARENA_CAPACITY, SCRATCH_FIRST_BLOCK, all_thread_arenas_stats,
+    end_thread_arena_frame, set_thread_arena_capacity,
 };
 
 /// The memory system in a Bevy app.
@@ -60,8 +60,12 @@ pub struct MemoryPlugin {
     pub pools: Option<GlobalPoolConfig>,
     /// Capacity of each thread's frame arena (`thread_arena_alloc`).
     pub thread_arena_capacity: usize,
-    /// Block sizing and trimming of the scratch arenas behind `Scratch`.
+    /// Block sizing and trimming of the scratch arenas behind `Scratch` (default: 16 KiB
+    /// first blocks, [`SCRATCH_FIRST_BLOCK`](crate::SCRATCH_FIRST_BLOCK)).
     pub scratch: ArenaConfig,
+    /// Block sizing and trimming of [`FrameMemory`] (default
+    /// [`FrameMemory::default_config`]).
+    pub frame_memory: ArenaConfig,
     /// Per-frame budgets: a WARN event when a figure passes 90% of its budget.
     pub budgets: MemoryBudgets,
     /// Debug builds: frames that blocks given back stay inaccessible (see
@@ -83,7 +87,8 @@ impl Default for MemoryPlugin {
         MemoryPlugin {
             pools: None,
             thread_arena_capacity: DEFAULT_THREAD_ARENA_CAPACITY,
-            scratch: ArenaConfig::default(),
+            scratch: ArenaConfig::default().first_block(SCRATCH_FIRST_BLOCK),
+            frame_memory: FrameMemory::default_config(),
             budgets: MemoryBudgets::default(),
             quarantine_frames: 0,
             tag_budgets: Vec::new(),
@@ -145,7 +150,7 @@ impl Plugin for MemoryPlugin {
             .insert_resource(memory_ledger)
             .init_resource::<EngineMemory>()
             .init_resource::<GameMemory>()
-            .init_resource::<FrameMemory>()
+            .insert_resource(FrameMemory::with_config(self.frame_memory))
             .init_resource::<FrameMemoryStats>()
             .insert_resource(self.budgets)
             .add_message::<ResetGameArena>()

@@ -190,16 +190,45 @@ pub const FRAME_MEMORY_TRIM_AFTER_RESETS: u32 = 30;
 
 impl Default for FrameMemory {
     fn default() -> Self {
-        let config = ArenaConfig::default()
-            .trim_after_resets(FRAME_MEMORY_TRIM_AFTER_RESETS)
-            .tag(crate::ledger::tags::FRAME_MEMORY);
-        FrameMemory {
-            frames: DoubleBufferedArena::with_config(scratch_pool(), config),
-        }
+        Self::with_config(Self::default_config())
     }
 }
 
 impl FrameMemory {
+    /// The default config: 16 KiB first blocks (one per thread that stores, in each of
+    /// the two buffers), trimmed after [`FRAME_MEMORY_TRIM_AFTER_RESETS`] oversized resets,
+    /// charged to the ledger tag `scratch/frame_memory`. O(1).
+    ///
+    /// ```
+    /// let config = nebula_memory::bevy::FrameMemory::default_config();
+    /// assert_eq!(config.first_block, 16 * 1024);
+    /// ```
+    pub fn default_config() -> ArenaConfig {
+        ArenaConfig::default()
+            .first_block(crate::per_thread::SCRATCH_FIRST_BLOCK)
+            .trim_after_resets(FRAME_MEMORY_TRIM_AFTER_RESETS)
+            .tag(crate::ledger::tags::FRAME_MEMORY)
+    }
+
+    /// Frame memory whose buffers follow `config` (without a tag in it, blocks are charged
+    /// to `scratch/frame_memory`). A thread's part of a buffer that stored nothing in
+    /// the frame that buffer held gives all its memory back at the swap. O(1).
+    ///
+    /// # Panics
+    /// As [`SharedArena::with_config`](crate::SharedArena::with_config): a
+    /// `first_block` the scratch pool can never serve.
+    #[track_caller]
+    pub fn with_config(config: ArenaConfig) -> Self {
+        let config = if config.tag.is_none() {
+            config.tag(crate::ledger::tags::FRAME_MEMORY)
+        } else {
+            config
+        };
+        FrameMemory {
+            frames: DoubleBufferedArena::with_config(scratch_pool(), config),
+        }
+    }
+
     /// Ends the frame (see [`DoubleBufferedArena::swap`]); returns the bytes the frame
     /// stored. O(threads + blocks).
     ///

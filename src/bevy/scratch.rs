@@ -64,7 +64,9 @@ pub struct ScratchArenas {
 
 impl Default for ScratchArenas {
     fn default() -> Self {
-        Self::with_config(ArenaConfig::default())
+        Self::with_config(
+            ArenaConfig::default().first_block(crate::per_thread::SCRATCH_FIRST_BLOCK),
+        )
     }
 }
 

@@ -7,7 +7,10 @@
 mod scratch;
 mod thread_arena;
 
-pub use scratch::{SCRATCH_IDLE_PASSES, with_scratch};
+pub use scratch::{
+    SCRATCH_FIRST_BLOCK, SCRATCH_IDLE_PASSES, ScratchBatch, ScratchStats, scratch_batch,
+    with_scratch, with_scratch_stats,
+};
 pub(crate) use scratch::{ScratchOwner, Slot, claim, release, trim_idle};
 pub use thread_arena::{
     DEFAULT_THREAD_ARENA_CAPACITY, ThreadArenasStats, all_thread_arenas_stats,

@@ -29,6 +29,7 @@
 //! in atomics when an arena is freed.
 
 use std::cell::{Cell, OnceCell, UnsafeCell};
+use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize};
@@ -104,6 +105,19 @@ impl Slot {
         unsafe { &*self.arena.get() }
     }
 
+    /// Records a claim's peak for the figures and the trim window. Only the holder writes
+    /// larger values, so the read-modify-write is needed only when the peak is a new high
+    /// (another thread may reset `peak` to 0 meanwhile).
+    #[inline]
+    fn note_peak(&self, peak: usize) {
+        if peak > self.peak.load(Relaxed) {
+            self.peak.fetch_max(peak, Relaxed);
+        }
+        if peak > self.window_peak.load(Relaxed) {
+            self.window_peak.fetch_max(peak, Relaxed);
+        }
+    }
+
     /// Resets the arena, publishes its figures and frees it.
     ///
     /// # Safety
@@ -112,9 +126,7 @@ impl Slot {
     unsafe fn free(&self) {
         // SAFETY: forwarded from the caller.
         let arena = unsafe { self.arena() };
-        let peak = arena.peak_since_reset();
-        self.peak.fetch_max(peak, Relaxed);
-        self.window_peak.fetch_max(peak, Relaxed);
+        self.note_peak(arena.peak_since_reset());
         arena.reset();
         self.held.store(arena.bytes_held(), Relaxed);
         self.state.store(FREE, Release);
@@ -172,6 +184,15 @@ impl ScratchOwner {
         self.config
     }
 
+    /// The owner's arenas and the bytes they hold, leaving the peaks alone.
+    pub(crate) fn held(&self) -> (usize, usize) {
+        self.slots
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .fold((0, 0), |(n, b), s| (n + 1, b + s.held.load(Relaxed)))
+    }
+
     /// The owner's figures, and restarts the peaks.
     pub(crate) fn figures(&self) -> OwnerFigures {
         let mut f = OwnerFigures::default();
@@ -190,8 +211,18 @@ impl ScratchOwner {
 
 /// The `with_scratch` owner.
 static WITH_SCRATCH: LazyLock<Arc<ScratchOwner>> = LazyLock::new(|| {
-    ScratchOwner::new(ArenaConfig::default().tag(crate::ledger::tags::WITH_SCRATCH))
+    ScratchOwner::new(
+        ArenaConfig::default()
+            .first_block(SCRATCH_FIRST_BLOCK)
+            .tag(crate::ledger::tags::WITH_SCRATCH),
+    )
 });
+
+/// The first block of the crate's per-thread scratch arenas (`with_scratch`, and the Bevy
+/// `Scratch` by default): 16 KiB, since there is one per thread and nesting depth, and
+/// most scratch use is small; a larger need grows the arena, and its reset keeps one
+/// block sized for it.
+pub const SCRATCH_FIRST_BLOCK: usize = 16 * 1024;
 
 /// One thread's scratch arenas. The lock is the owner thread's on every claim
 /// (uncontended) and a maintaining thread's while it trims.
@@ -214,6 +245,10 @@ impl Drop for Registered {
 
 thread_local! {
     static STACK: OnceCell<Registered> = const { OnceCell::new() };
+    /// The `with_scratch` arena this thread freed last: tried first by its next claim,
+    /// which then takes no lock. Valid while `STACK` is (slots of the `with_scratch` owner
+    /// leave the stack only with it), so it is read only inside `STACK.try_with`.
+    static LAST_FREED: Cell<*const Slot> = const { Cell::new(std::ptr::null()) };
 }
 
 /// Claims a free arena of `owner` on the calling thread, making one if all are busy; a busy
@@ -232,6 +267,19 @@ pub(crate) fn claim(owner: &Arc<ScratchOwner>, frame_claim: bool) -> Option<NonN
                     Registered(stack)
                 })
                 .0;
+            if !frame_claim && Arc::ptr_eq(owner, &WITH_SCRATCH) {
+                let last = LAST_FREED.with(Cell::get);
+                // SAFETY: a slot of this thread's stack (only `with_scratch` slots are
+                // recorded), which is alive: we are inside `STACK.try_with`.
+                if let Some(slot) = unsafe { last.as_ref() }
+                    && slot
+                        .state
+                        .compare_exchange(FREE, BUSY, Acquire, Relaxed)
+                        .is_ok()
+                {
+                    return NonNull::from(slot);
+                }
+            }
             claim_in(stack, owner, frame_claim)
         })
         .ok()
@@ -382,7 +430,8 @@ pub fn with_scratch<R>(f: impl FnOnce(&MemoryArena<'static>) -> R) -> R {
         fn drop(&mut self) {
             // SAFETY: claimed below on this thread; the scope has ended, so nothing it
             // allocated is borrowed any more (the closure's reference cannot escape it).
-            unsafe { release(self.0) }
+            unsafe { release(self.0) };
+            let _ = LAST_FREED.try_with(|last| last.set(self.0.as_ptr()));
         }
     }
     match claim(&WITH_SCRATCH, false) {
@@ -395,4 +444,120 @@ pub fn with_scratch<R>(f: impl FnOnce(&MemoryArena<'static>) -> R) -> R {
         // Thread-local storage is being torn down: a private arena serves this call.
         None => f(&MemoryArena::new(scratch_pool())),
     }
+}
+
+/// A [`with_scratch`] arena claimed once and kept for many short scopes: each
+/// [`scope`](ScratchBatch::scope) gets the arena to itself and resets it on leaving (the
+/// steady reset: a few stores), so per-item temporaries in a hot loop cost a bump each
+/// instead of a claim each. Made for Bevy's `par_iter().for_each_init`, whose `init` runs
+/// once per batch on the thread that runs it:
+///
+/// ```
+/// use nebula_memory::{Arena, scratch_batch};
+///
+/// let items: Vec<u32> = (0..1000).collect();
+/// let mut batch = scratch_batch();
+/// let total: u32 = items
+///     .iter()
+///     .map(|&i| {
+///         batch.scope(|s| {
+///             let neighbours = s.alloc_slice_fill_with(8, |k| i + k as u32);
+///             neighbours.iter().sum::<u32>()
+///         })
+///     })
+///     .sum();
+/// assert_eq!(total, (0..1000).map(|i| 8 * i + 28).sum::<u32>());
+/// ```
+///
+/// The batch holds its arena busy until it is dropped, so nested [`with_scratch`] calls
+/// (and other batches) get other arenas; it is neither `Send` nor `Sync`.
+pub struct ScratchBatch {
+    arena: BatchArena,
+    /// The largest `bytes_used` of its scopes, for the arena's figures and trim window.
+    peak: usize,
+    _not_send: PhantomData<*const ()>,
+}
+
+enum BatchArena {
+    /// A slot of this thread's stack, held busy.
+    Claimed(NonNull<Slot>),
+    /// Thread-local storage is being torn down: an arena of the batch's own.
+    Private(Box<MemoryArena<'static>>),
+}
+
+/// Claims a [`with_scratch`] arena of the calling thread for a [`ScratchBatch`]. O(1).
+pub fn scratch_batch() -> ScratchBatch {
+    let arena = match claim(&WITH_SCRATCH, false) {
+        Some(slot) => BatchArena::Claimed(slot),
+        None => BatchArena::Private(Box::new(MemoryArena::new(scratch_pool()))),
+    };
+    ScratchBatch {
+        arena,
+        peak: 0,
+        _not_send: PhantomData,
+    }
+}
+
+impl ScratchBatch {
+    /// Runs `f` with the batch's arena; everything `f` allocates is freed when it returns.
+    /// O(1) plus `f`.
+    pub fn scope<R>(&mut self, f: impl FnOnce(&MemoryArena<'static>) -> R) -> R {
+        let arena: &mut MemoryArena<'static> = match &mut self.arena {
+            // SAFETY: the batch holds the slot busy (and is not `Send`, so this is the
+            // claiming thread), and no reference to the arena outlives a `scope`.
+            BatchArena::Claimed(slot) => unsafe { slot.as_ref().arena() },
+            BatchArena::Private(arena) => arena,
+        };
+        let r = f(arena);
+        // `f`'s reference ended with the call (`R` cannot borrow it): nothing it allocated
+        // is reachable.
+        self.peak = self.peak.max(arena.peak_since_reset());
+        arena.reset();
+        r
+    }
+}
+
+impl Drop for ScratchBatch {
+    fn drop(&mut self) {
+        if let BatchArena::Claimed(slot) = self.arena {
+            // SAFETY: claimed on this thread, held busy until now, and every scope has
+            // ended, so nothing of the arena is in use.
+            unsafe {
+                slot.as_ref().note_peak(self.peak);
+                release(slot);
+            }
+            let _ = LAST_FREED.try_with(|last| last.set(slot.as_ptr()));
+        }
+    }
+}
+
+impl std::fmt::Debug for ScratchBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScratchBatch")
+            .field("peak", &self.peak)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Figures of the arenas behind [`with_scratch`] (and [`ScratchBatch`]) on every live
+/// thread, from [`with_scratch_stats`].
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScratchStats {
+    /// Arenas on live threads (one per thread and nesting depth reached).
+    pub arenas: usize,
+    /// Bytes of scratch-pool blocks they hold (as of when each was last freed or trimmed).
+    pub bytes_held: usize,
+}
+
+/// The figures of [`with_scratch`]'s arenas on every live thread. O(arenas).
+///
+/// ```
+/// nebula_memory::with_scratch(|s| { nebula_memory::Arena::alloc_val(s, 1u8); });
+/// let stats = nebula_memory::with_scratch_stats();
+/// assert!(stats.arenas >= 1 && stats.bytes_held > 0);
+/// ```
+pub fn with_scratch_stats() -> ScratchStats {
+    let (arenas, bytes_held) = WITH_SCRATCH.held();
+    ScratchStats { arenas, bytes_held }
 }

@@ -315,10 +315,10 @@ impl<'pool> SharedArena<'pool> {
         self.this_thread().try_alloc(layout)
     }
 
-    /// Frees everything every thread allocated and lets each thread's part keep one block
-    /// chosen by the reset policy (see [`MemoryArena::reset`]): a bounded amount of
-    /// memory per thread that ever allocated, trimmed back to `first_block` after
-    /// `trim_after_resets` resets of a thread that stopped allocating. O(threads + blocks).
+    /// Frees everything every thread allocated. Each thread's part that allocated since
+    /// the last reset keeps one block chosen by the reset policy (see
+    /// [`MemoryArena::reset`]); a part that allocated nothing since then gives every block
+    /// back, so only threads that use the arena hold memory for it. O(threads + blocks).
     ///
     /// ```
     /// use nebula_memory::Arena;
@@ -330,7 +330,12 @@ impl<'pool> SharedArena<'pool> {
     /// ```
     pub fn reset(&mut self) {
         for slot in self.slots.iter_mut() {
-            slot.0.reset();
+            let part = &mut slot.0;
+            if part.peak_since_reset() == 0 && part.bytes_held() > 0 {
+                part.reset_and_release(); // idle since the last reset
+            } else {
+                part.reset();
+            }
         }
         // Late parts belong to threads that were exiting; their blocks go back.
         self.late.get_mut().clear();
