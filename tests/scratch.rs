@@ -401,7 +401,10 @@ fn a_scratch_batch_reuses_one_arena_for_many_scopes() {
                 });
                 (v.as_ptr() as usize, inner)
             });
-            assert_eq!(addr, first, "scope {i} did not start where the last one did");
+            assert_eq!(
+                addr, first,
+                "scope {i} did not start where the last one did"
+            );
             assert_eq!(inner, 7 + i + 63);
         }
         let during = with_scratch_stats();

@@ -370,13 +370,17 @@ fn wait_and_reset_with_a_guard_of_ones_own_panics() {
 fn idle_parts_give_their_blocks_back_at_reset() {
     let pool = common::pool("shared-idle");
     let mut arena = SharedArena::new(&pool);
+    // This thread first: it then holds its thread id (and part) while the other thread
+    // runs, so the two parts are distinct (ids of exited threads are reused).
+    arena.alloc_slice(1000, 1u8);
     std::thread::scope(|s| {
         s.spawn(|| {
             arena.alloc_slice(1000, 1u8);
         });
     });
-    arena.alloc_slice(1000, 1u8);
     let two = arena.bytes_held();
+    assert_eq!(two, pool.stats().in_use);
+    assert!(two >= 2 * 64 * 1024, "two parts, a block each: {two}");
     arena.reset(); // both parts allocated: both keep a block
     assert_eq!(arena.bytes_held(), two);
     arena.alloc_slice(1000, 1u8); // only this thread's part allocates

@@ -7,11 +7,13 @@
 mod scratch;
 mod thread_arena;
 
+pub(crate) use scratch::trim_idle;
 pub use scratch::{
     SCRATCH_FIRST_BLOCK, SCRATCH_IDLE_PASSES, ScratchBatch, ScratchStats, scratch_batch,
     with_scratch, with_scratch_stats,
 };
-pub(crate) use scratch::{ScratchOwner, Slot, claim, release, trim_idle};
+#[cfg(feature = "bevy")]
+pub(crate) use scratch::{ScratchOwner, Slot, claim, release};
 pub use thread_arena::{
     DEFAULT_THREAD_ARENA_CAPACITY, ThreadArenasStats, all_thread_arenas_stats,
     end_thread_arena_frame, set_thread_arena_capacity, thread_arena_alloc, thread_arena_frame,
