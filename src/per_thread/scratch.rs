@@ -148,6 +148,7 @@ pub(crate) struct ScratchOwner {
 
 /// The figures of one owner's arenas on every thread, from [`ScratchOwner::figures`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(not(feature = "bevy"), allow(dead_code))] // used by the Bevy owners
 pub(crate) struct OwnerFigures {
     /// Sum over the arenas of the most one claim used since the last call.
     pub(crate) peak_bytes: usize,
@@ -159,6 +160,7 @@ pub(crate) struct OwnerFigures {
 
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 
+#[cfg_attr(not(feature = "bevy"), allow(dead_code))] // some of it only for the Bevy owners
 impl ScratchOwner {
     /// A new owner whose arenas follow `config`.
     pub(crate) fn new(config: ArenaConfig) -> Arc<ScratchOwner> {
