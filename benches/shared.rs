@@ -5,9 +5,10 @@
 //! - **S1, W2 on one thread** (1,000 allocations of 32 B, align 16, one byte written each,
 //!   then reset): `memory-arena`; `memory-arena-ref` (the same arena through a shared
 //!   reference the optimiser cannot prove unique, as allocator handles are, so its cursor
-//!   goes through memory on every allocation); `shared` (`SharedArena` through `Deref`, so
-//!   every call looks up the thread's part); `shared-local` (`SharedArena::local` taken once per
-//!   frame); `sync-blink` (`SyncBlinkAlloc::allocate`, its thread-shared path, then
+//!   goes through memory on every allocation); `memory-arena-hot` (the arena's allocations
+//!   made through a `HotCursor` taken once per frame); `shared` (`&SharedArena` through the
+//!   `Arena` trait, so every call looks up the thread's part); `shared-local` (the per-thread
+//!   handle `SharedArena::this_thread` taken once per frame); `sync-blink` (`SyncBlinkAlloc::allocate`, its thread-shared path, then
 //!   `reset`); `cas` (one buffer bumped with a compare-and-swap loop); `limit` (the floor).
 //!   Criterion medians, plus paired ratios (alternating batches, drift cancels).
 //! - **S2, W6 with one arena for both threads**: each of 1 or 2 threads runs W2 frames on
@@ -124,6 +125,7 @@ fn s1(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(2));
 
     let mut arena = MemoryArena::new(&pool);
+    let mut arena2 = MemoryArena::new(&pool);
     let mut shared = SharedArena::new(&pool);
     let mut blink = SyncBlinkAlloc::new();
     let mut cas = CasBump::new(8 << 20);
@@ -143,6 +145,14 @@ fn s1(c: &mut Criterion) {
         for i in 0..OBJECTS {
             touch(r.alloc(PARTICLE), i);
         }
+        a.reset();
+    };
+    let hot_frame = |a: &mut MemoryArena<'_>| {
+        let hot = a.hot_cursor();
+        for i in 0..OBJECTS {
+            touch(hot.alloc(PARTICLE), i);
+        }
+        drop(hot);
         a.reset();
     };
     let shared_frame = |a: &mut SharedArena<'_>| {
@@ -184,6 +194,7 @@ fn s1(c: &mut Criterion) {
     g.bench_function("memory-arena-ref", |b| {
         b.iter(|| memory_ref_frame(&mut arena))
     });
+    g.bench_function("memory-arena-hot", |b| b.iter(|| hot_frame(&mut arena2)));
     g.bench_function("shared", |b| b.iter(|| shared_frame(&mut shared)));
     g.bench_function("shared-local", |b| b.iter(|| local_frame(&mut shared)));
     g.bench_function("sync-blink", |b| b.iter(|| blink_frame(&mut blink)));
@@ -214,6 +225,10 @@ fn s1(c: &mut Criterion) {
         paired_median(&mut || batch(&mut || local_frame(&mut shared)), &mut || {
             batch(&mut || memory_frame(&mut arena))
         });
+    let (hot_vs_memory, _) =
+        paired_median(&mut || batch(&mut || hot_frame(&mut arena2)), &mut || {
+            batch(&mut || memory_frame(&mut arena))
+        });
     let (shared_vs_blink, _) = paired_median(
         &mut || batch(&mut || shared_frame(&mut shared)),
         &mut || batch(&mut || blink_frame(&mut blink)),
@@ -224,7 +239,8 @@ fn s1(c: &mut Criterion) {
     println!("S1 paired ratios (median of 31 alternating batches of {FRAMES} frames):");
     println!("  shared       / memory-arena  {shared_vs_memory:.3}   (target <= 1.3)");
     println!("  shared       / memory-arena-ref  {shared_vs_memory_ref:.3}");
-    println!("  shared-local / memory-arena  {local_vs_memory:.3}");
+    println!("  shared-local / memory-arena  {local_vs_memory:.3}   (target <= 1.1)");
+    println!("  memory-arena-hot / memory-arena  {hot_vs_memory:.3}");
     println!("  shared       / sync-blink    {shared_vs_blink:.3}   (target < 1)");
     println!("  cas          / memory-arena  {cas_vs_memory:.3}");
 }

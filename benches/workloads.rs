@@ -15,6 +15,10 @@
 //! Contenders:
 //! - `nebula`: a [`MemoryArena`] (default config) over a private [`MemoryPool`] per workload,
 //!   warmed up before timing and reset after every iteration, so steady state is measured.
+//! - `nebula-hot` (W2 and W6 only): the same arena, each frame's allocations made through a
+//!   [`HotCursor`](nebula_memory::HotCursor) taken for the frame (`arena.hot_cursor()`), as a
+//!   user writes a hot loop: the bump position stays in registers and is written back
+//!   once per frame.
 //! - `limit`: a bare bump pointer over one pre-allocated buffer (benches/common), the floor.
 //! - `system`: `std::alloc::System` (glibc), one `alloc` and one `dealloc` per object. For
 //!   the vector workloads (W3, W4) a plain `std::vec::Vec`; this bench binary installs no
@@ -295,6 +299,19 @@ trait Contender {
     /// # Safety
     /// `p` came from `alloc` on this contender with `layout` and is freed once.
     unsafe fn free(&self, _p: NonNull<u8>, _layout: Layout) {}
+    /// W2's allocations of one frame: `W2_OBJECTS` of `layout`, each touched (and kept in
+    /// `ptrs` by heaps, to free them). One at a time through `alloc`, unless a user of the
+    /// allocator would hold something for such a loop (`nebula-hot`: a `HotCursor`).
+    #[inline(always)]
+    fn particles(&mut self, layout: Layout, ptrs: &mut Vec<NonNull<u8>>) {
+        for i in 0..W2_OBJECTS {
+            let p = self.alloc(layout);
+            touch(p, i);
+            if Self::FREES_EACH {
+                ptrs.push(p);
+            }
+        }
+    }
     fn reset(&mut self) {}
     /// W3: one vector pushed to `n` elements, then reset.
     fn vec_push(&mut self, n: usize) -> u64;
@@ -313,6 +330,38 @@ impl Contender for Nebula<'_> {
     #[inline(always)]
     fn alloc_str(&self, s: &str) -> NonNull<u8> {
         NonNull::from(self.0.alloc_str(s)).cast()
+    }
+    #[inline(always)]
+    fn reset(&mut self) {
+        self.0.reset();
+    }
+    fn vec_push(&mut self, n: usize) -> u64 {
+        let r = push_in(&self.0, n);
+        self.0.reset();
+        r
+    }
+    fn interleaved(&mut self) -> u64 {
+        let r = interleave_in(&self.0);
+        self.0.reset();
+        r
+    }
+}
+
+/// The arena with each W2 frame's allocations made through a `HotCursor`.
+struct NebulaHot<'p>(MemoryArena<'p>);
+
+impl Contender for NebulaHot<'_> {
+    const FREES_EACH: bool = false;
+    #[inline(always)]
+    fn alloc(&self, layout: Layout) -> NonNull<u8> {
+        self.0.alloc(layout)
+    }
+    #[inline(always)]
+    fn particles(&mut self, layout: Layout, _ptrs: &mut Vec<NonNull<u8>>) {
+        let hot = self.0.hot_cursor();
+        for i in 0..W2_OBJECTS {
+            touch(hot.alloc(layout), i);
+        }
     }
     #[inline(always)]
     fn reset(&mut self) {
@@ -845,13 +894,7 @@ const W2_SAMPLES: usize = 20;
 #[inline(always)]
 fn w2_frame<C: Contender>(c: &mut C, ptrs: &mut Vec<NonNull<u8>>) {
     let layout = lay(32, 16);
-    for i in 0..W2_OBJECTS {
-        let p = c.alloc(layout);
-        touch(p, i);
-        if C::FREES_EACH {
-            ptrs.push(p);
-        }
-    }
+    c.particles(layout, ptrs);
     if C::FREES_EACH {
         for p in ptrs.drain(..) {
             // SAFETY: allocated just above with `layout`, freed once.
@@ -871,6 +914,10 @@ fn w2(c: &mut Criterion) {
             w2_frame(s, &mut ptrs)
         });
     });
+    let mut hot = NebulaHot(MemoryArena::new(&pool));
+    bench_loop(&mut g, "W2", "nebula-hot", 1e-3, &mut hot, |s| {
+        w2_frame(s, &mut ptrs)
+    });
     g.finish();
     let (mut n, mut l) = (nebula(&pool), floor());
     let mut ptrs2: Vec<NonNull<u8>> = Vec::with_capacity(W2_OBJECTS);
@@ -878,6 +925,14 @@ fn w2(c: &mut Criterion) {
         "W2",
         "nebula/limit",
         &mut n,
+        |s| timed(s, 2000, &mut |s| w2_frame(s, &mut ptrs)),
+        &mut l,
+        |s| timed(s, 2000, &mut |s| w2_frame(s, &mut ptrs2)),
+    );
+    paired(
+        "W2",
+        "nebula-hot/limit",
+        &mut hot,
         |s| timed(s, 2000, &mut |s| w2_frame(s, &mut ptrs)),
         &mut l,
         |s| timed(s, 2000, &mut |s| w2_frame(s, &mut ptrs2)),
@@ -1202,14 +1257,18 @@ fn w6(c: &mut Criterion) {
         w6_bench(&mut g, "W6-1t", name, &make, 1);
         w6_bench(&mut g, "W6-2t", name, &make, 2);
     });
+    let make_hot = || NebulaHot(MemoryArena::new(&pool));
+    w6_bench(&mut g, "W6-1t", "nebula-hot", &make_hot, 1);
+    w6_bench(&mut g, "W6-2t", "nebula-hot", &make_hot, 2);
     g.finish();
 }
 
 // ------------------------------------------------------------------------- summary
 
-const NAMES: [&str; 7] = [
+const NAMES: [&str; 8] = [
     "nebula",
     "limit",
+    "nebula-hot",
     "system",
     "mimalloc",
     "bumpalo",
@@ -1217,9 +1276,9 @@ const NAMES: [&str; 7] = [
     "blink-alloc",
 ];
 
-/// Best (lowest) median among the peers other than `limit`.
+/// Best (lowest) median among the peers (neither `limit` nor nebula itself).
 fn best_peer(key: &str, samples: usize) -> Option<(&'static str, f64)> {
-    NAMES[2..]
+    NAMES[3..]
         .iter()
         .filter_map(|&n| median(key, n, samples).map(|m| (n, m)))
         .min_by(|a, b| a.1.total_cmp(&b.1))
@@ -1360,10 +1419,18 @@ fn targets(_c: &mut Criterion) {
         1.2,
     );
     check(
+        "W2 nebula-hot/limit (a HotCursor per frame)",
+        paired_ratio("W2", "nebula-hot/limit"),
+        med("W2", "nebula-hot", W2_SAMPLES)
+            .zip(med("W2", "limit", W2_SAMPLES))
+            .map(|(h, l)| h / l),
+        1.2,
+    );
+    check(
         "W3 nebula/limit",
         paired_ratio("W3", "nebula/limit"),
         ratio("W3", "limit", W3_SAMPLES),
-        1.2,
+        1.1,
     );
     check(
         "W3 nebula/system (std Vec)",
@@ -1383,20 +1450,24 @@ fn targets(_c: &mut Criterion) {
         ratio("W5", "limit", W5_SAMPLES),
         1.2,
     );
-    if let (Some(t1), Some(t2)) = (
-        med("W6-1t", "nebula", W6_SAMPLES),
-        med("W6-2t", "nebula", W6_SAMPLES),
-    ) {
-        let scaling = 2.0 * t1 / t2;
-        let ceiling = CEILING
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .unwrap_or(f64::NAN);
-        println!(
-            "  {:<44} {scaling:>7.2}x (machine ceiling {ceiling:.2}x)  >= 1.8  {}",
-            "W6 scaling on 2 threads",
-            verdict(scaling >= 1.8)
-        );
+    for (name, label) in [
+        ("nebula", "W6 scaling on 2 threads, nebula"),
+        ("nebula-hot", "W6 scaling on 2 threads, nebula-hot"),
+    ] {
+        if let (Some(t1), Some(t2)) = (
+            med("W6-1t", name, W6_SAMPLES),
+            med("W6-2t", name, W6_SAMPLES),
+        ) {
+            let scaling = 2.0 * t1 / t2;
+            let ceiling = CEILING
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or(f64::NAN);
+            println!(
+                "  {label:<44} {scaling:>7.2}x (machine ceiling {ceiling:.2}x)  >= 1.8  {}",
+                verdict(scaling >= 1.8)
+            );
+        }
     }
 }
 

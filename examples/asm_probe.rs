@@ -8,6 +8,11 @@
 //! objdump -d --no-show-raw-insn -C target/release/examples/asm_probe | grep -A40 '<asm_probe::probe_'
 //! ```
 //!
+//! `w3_*` are W3's body (a `Vec<u32>` pushed through the allocator-api2 impls): the push
+//! loop is 7 instructions for `&MemoryArena`, `&SharedArena` and the floor alike.
+//! `asm_probe w3` times the three in alternating rounds; `asm_probe w3place` runs two
+//! arenas of two pools and two floors (what memory placement does).
+//!
 //! `frame_*` run one W2 frame (1,000 allocations of 32 B, align 16, one byte written each,
 //! then reset) for nebula and the peers; run under callgrind to count instructions per
 //! allocation without timing noise:
@@ -111,6 +116,19 @@ pub fn frame_nebula(arena: &mut MemoryArena<'_>) {
     arena.reset();
 }
 
+/// One W2 frame on nebula through a `HotCursor`: the bump position stays in registers.
+#[inline(never)]
+pub fn frame_nebula_hot(arena: &mut MemoryArena<'_>) {
+    let hot = arena.hot_cursor();
+    for i in 0..1000 {
+        let p = hot.alloc(PARTICLE);
+        // SAFETY: a fresh 32-byte allocation.
+        unsafe { p.as_ptr().write_volatile(i as u8) };
+    }
+    drop(hot);
+    arena.reset();
+}
+
 /// One W2 frame on the floor.
 #[inline(never)]
 pub fn frame_limit(limit: &mut Limit) {
@@ -173,7 +191,25 @@ fn main() {
     black_box(probe_limit_alloc(black_box(&limit)));
     let shared = nebula_memory::SharedArena::new(&pool);
     black_box(probe_shared_alloc(black_box(&shared)));
+    black_box(w3_nebula(black_box(&arena), black_box(1000)));
+    black_box(w3_shared(black_box(&shared), black_box(1000)));
+    black_box(w3_limit(black_box(&limit), black_box(1000)));
 
+    if let Some(which) = std::env::args()
+        .nth(1)
+        .and_then(|a| a.strip_prefix("w3:").map(String::from))
+    {
+        w3_one(&which);
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("w3place") {
+        w3_placement();
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("w3") {
+        w3_compare();
+        return;
+    }
     if std::env::args().nth(1).as_deref() == Some("w1reset") {
         w1_reset();
         return;
@@ -208,6 +244,7 @@ fn main() {
     let mut pb = Proto::<true>::new(&mut buf_b);
     for _ in 0..frames {
         frame_nebula(black_box(&mut arena));
+        frame_nebula_hot(black_box(&mut arena));
         frame_limit(black_box(&mut limit));
         frame_bumpalo(black_box(&mut bump));
         frame_bump_scope(black_box(&mut scope));
@@ -588,5 +625,181 @@ pub fn w1_reset() {
         cold[7],
         warm[7],
         arena.block_count()
+    );
+}
+
+/// W3's body (a `Vec<u32>` pushed to `n` through the allocator-api2 impl) on `&MemoryArena`.
+#[inline(never)]
+pub fn w3_nebula(arena: &MemoryArena<'_>, n: usize) -> u32 {
+    let mut v = allocator_api2::vec::Vec::new_in(arena);
+    for i in 0..n {
+        v.push(i as u32);
+    }
+    black_box(v.as_ptr());
+    v[n / 2]
+}
+
+/// W3's body on `&SharedArena`.
+#[inline(never)]
+pub fn w3_shared(arena: &nebula_memory::SharedArena<'_>, n: usize) -> u32 {
+    let mut v = allocator_api2::vec::Vec::new_in(arena);
+    for i in 0..n {
+        v.push(i as u32);
+    }
+    black_box(v.as_ptr());
+    v[n / 2]
+}
+
+/// W3's body on the floor.
+#[inline(never)]
+pub fn w3_limit(limit: &Limit, n: usize) -> u32 {
+    let mut v = allocator_api2::vec::Vec::new_in(limit);
+    for i in 0..n {
+        v.push(i as u32);
+    }
+    black_box(v.as_ptr());
+    v[n / 2]
+}
+
+/// Minor page faults of this process so far.
+fn minflt() -> i64 {
+    // SAFETY: `getrusage` fills the zeroed struct we pass.
+    unsafe {
+        let mut r: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut r);
+        r.ru_minflt
+    }
+}
+
+/// W3 on `&MemoryArena`, on `&SharedArena` and on the floor, in alternating rounds: median
+/// ns per push of each and the page faults per run.
+pub fn w3_compare() {
+    const N: usize = 1_000_000;
+    const RUNS: u32 = 4;
+    let pool = MemoryPool::new("w3", 256 << 20).unwrap_or_else(|e| panic!("{e}"));
+    let pool2 = MemoryPool::new("w3s", 256 << 20).unwrap_or_else(|e| panic!("{e}"));
+    let mut arena = MemoryArena::new(&pool);
+    let mut shared = nebula_memory::SharedArena::new(&pool2);
+    let mut limit = Limit::new(256 << 20);
+    let mut t = [Vec::new(), Vec::new(), Vec::new()];
+    let mut faults = [0i64; 3];
+    for round in 0..41 {
+        for k in 0..3 {
+            let which = (k + round) % 3;
+            let f0 = minflt();
+            let t0 = std::time::Instant::now();
+            for _ in 0..RUNS {
+                match which {
+                    0 => {
+                        black_box(w3_nebula(black_box(&arena), N));
+                        arena.reset();
+                    }
+                    1 => {
+                        black_box(w3_shared(black_box(&shared), N));
+                        shared.reset();
+                    }
+                    _ => {
+                        black_box(w3_limit(black_box(&limit), N));
+                        limit.reset();
+                    }
+                }
+            }
+            let d = t0.elapsed().as_secs_f64() * 1e9 / (RUNS as f64 * N as f64);
+            if round > 0 {
+                t[which].push(d);
+                faults[which] += minflt() - f0;
+            }
+        }
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (a, s, l) = (med(&mut t[0]), med(&mut t[1]), med(&mut t[2]));
+    let runs = 40.0 * RUNS as f64;
+    println!(
+        "W3 ns/push: nebula {a:.3} ({:.2}x, {:.0} faults/run)  shared {s:.3} ({:.2}x, {:.0} faults/run)  limit {l:.3} ({:.0} faults/run)",
+        a / l,
+        faults[0] as f64 / runs,
+        s / l,
+        faults[1] as f64 / runs,
+        faults[2] as f64 / runs
+    );
+    println!("{}", arena.stats());
+    println!("{}", shared.stats());
+}
+
+/// 400 W3 runs on one contender (`w3:nebula`, `w3:shared`, `w3:limit`), for `perf stat`.
+pub fn w3_one(which: &str) {
+    const N: usize = 1_000_000;
+    let pool = MemoryPool::new("w3", 256 << 20).unwrap_or_else(|e| panic!("{e}"));
+    let mut arena = MemoryArena::new(&pool);
+    let mut shared = nebula_memory::SharedArena::new(&pool);
+    let mut limit = Limit::new(256 << 20);
+    let f0 = minflt();
+    let t0 = std::time::Instant::now();
+    let mut lap = std::time::Instant::now();
+    let mut laps = Vec::new();
+    for _ in 0..400 {
+        laps.push(lap.elapsed().as_secs_f64() * 1e9 / N as f64);
+        lap = std::time::Instant::now();
+        match which {
+            "nebula" => {
+                black_box(w3_nebula(black_box(&arena), N));
+                arena.reset();
+            }
+            "shared" => {
+                black_box(w3_shared(black_box(&shared), N));
+                shared.reset();
+            }
+            _ => {
+                black_box(w3_limit(black_box(&limit), N));
+                limit.reset();
+            }
+        }
+    }
+    println!(
+        "{which}: {:.3} ns/push, {} faults; laps {:.3?}",
+        t0.elapsed().as_secs_f64() * 1e9 / (400.0 * N as f64),
+        minflt() - f0,
+        &laps[1..12]
+    );
+}
+
+/// W3 on two arenas of two pools and two floors, alternating: does the memory decide?
+pub fn w3_placement() {
+    const N: usize = 1_000_000;
+    let pools: Vec<MemoryPool> = (0..2)
+        .map(|_| MemoryPool::new("w3p", 256 << 20).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let mut arenas: Vec<MemoryArena<'_>> = pools.iter().map(MemoryArena::new).collect();
+    let mut limits: Vec<Limit> = (0..2).map(|_| Limit::new(256 << 20)).collect();
+    let mut t = vec![Vec::new(); 4];
+    for round in 0..31 {
+        for k in 0..4 {
+            let which = (k + round) % 4;
+            let t0 = std::time::Instant::now();
+            for _ in 0..4 {
+                if which < 2 {
+                    black_box(w3_nebula(black_box(&arenas[which]), N));
+                    arenas[which].reset();
+                } else {
+                    black_box(w3_limit(black_box(&limits[which - 2]), N));
+                    limits[which - 2].reset();
+                }
+            }
+            t[which].push(t0.elapsed().as_secs_f64() * 1e9 / (4.0 * N as f64));
+        }
+    }
+    let meds: Vec<f64> = t
+        .iter_mut()
+        .map(|v| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        })
+        .collect();
+    println!(
+        "W3 ns/push: nebula A {:.3} B {:.3}  limit A {:.3} B {:.3}",
+        meds[0], meds[1], meds[2], meds[3]
     );
 }

@@ -89,7 +89,9 @@ mod pool;
 mod shared;
 mod vm;
 
-pub use arena::{ArenaConfig, ArenaScope, ArenaStats, Checkpoint, MemoryArena, heap_fallbacks};
+pub use arena::{
+    ArenaConfig, ArenaScope, ArenaStats, Checkpoint, HotCursor, MemoryArena, heap_fallbacks,
+};
 
 pub use frame::{FrameArena, FrameArenaStats};
 pub use interface::{Arena, ArenaBox};

@@ -14,9 +14,10 @@
 //! ([`MemoryArena::realloc`]), which is what makes a growing vector cheap ([`top`]).
 //!
 //! [`reset`](MemoryArena::reset) asks the [`policy`] which block to keep, once per reset
-//! ([`reset`]); [`position`] holds checkpoints and scopes, [`stats`] the figures. This
-//! file holds the struct and the allocation path: `try_alloc` / `alloc` (the bump) and
-//! `alloc_slow` (a new block).
+//! ([`reset`]); [`position`] holds checkpoints and scopes, [`stats`] the figures, [`hot`]
+//! the [`HotCursor`] (the bump position held in the caller's registers for a hot loop).
+//! This file holds the struct and the allocation path: `try_alloc` / `alloc` (the bump)
+//! and `alloc_slow` (a new block).
 //!
 //! Every field a shared reference can reach is an atomic or behind a lock, and the arena
 //! is `!Sync` only because bumping is a load and a store, not an atomic read-modify-write.
@@ -26,6 +27,7 @@
 pub(crate) mod chain;
 mod config;
 pub(crate) mod cursor;
+mod hot;
 mod policy;
 mod position;
 mod reset;
@@ -52,6 +54,7 @@ use policy::Quiet;
 
 pub use chain::heap_fallbacks;
 pub use config::ArenaConfig;
+pub use hot::HotCursor;
 pub use position::{ArenaScope, Checkpoint};
 pub use stats::ArenaStats;
 #[cfg(feature = "bevy")]
