@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::runs::{Frame, RunRecord};
+use crate::systems::NEEDS;
 
 /// Frames after a spike at which its memory is looked at again.
 pub const AFTER: usize = 120;
@@ -147,6 +148,7 @@ pub fn print(runs: &[RunRecord], sums: &[Summary]) -> bool {
             c.heap_fallbacks
         );
     }
+    print_needs(&runs[0]);
     print_tag_table(runs);
     let first = &runs[0];
     let mismatch = runs[1..].iter().find_map(|other| {
@@ -173,6 +175,35 @@ pub fn print(runs: &[RunRecord], sums: &[Summary]) -> bool {
             true
         }
     }
+}
+
+/// What the work needed for its temporaries in a steady frame and at a spike, part by
+/// part (the same in every run).
+fn print_needs(run: &RunRecord) {
+    println!();
+    println!(
+        "{:<26} {:>10} {:>10} {:>7}",
+        "temporaries needed", "steady", "at spike", "x-fold"
+    );
+    let row = |name: &str, figure: &dyn Fn(&Frame) -> i64| {
+        let [steady, at, _] = phases(&run.frames, figure);
+        println!(
+            "{name:<26} {:>10} {:>10} {:>6.0}x",
+            bytes(steady),
+            bytes(at),
+            at as f64 / steady.max(1) as f64
+        );
+    };
+    row("physics (all three)", &|f| {
+        f.needs[..3].iter().sum::<u64>() as i64
+    });
+    for (i, name) in NEEDS.iter().enumerate() {
+        row(&format!("  {name}"), &|f| f.needs[i] as i64);
+    }
+    println!(
+        "  (bytes of the data each temporary held, not capacities; the neighbour lists: every \
+         entity's list together)"
+    );
 }
 
 /// Where the arena run's memory went, tag by tag.

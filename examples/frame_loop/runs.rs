@@ -9,13 +9,14 @@
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use bevy_app::App;
 use nebula_memory::bevy::{FrameMemory, FrameMemoryStats};
 
 use crate::alloc::{ALLOCATOR_VAR, counters, rss_bytes};
-use crate::systems::{Checksum, LocalHeld, Mode, Tick, app};
+use crate::systems::{Checksum, LocalHeld, Mode, NEEDS, Needs, Tick, app};
 use crate::workload::is_spike;
 
 /// Frames each run plays before the next run's turn.
@@ -72,12 +73,15 @@ pub struct Frame {
     /// `held` is the `with_scratch` arenas').
     pub scratch_held: u64,
     pub frame_memory_held: u64,
+    /// What each part of the work needed for its temporaries (see `systems::NEEDS`).
+    pub needs: [u64; NEEDS.len()],
 }
 
 impl Frame {
     fn to_line(self) -> String {
+        let needs: Vec<String> = self.needs.iter().map(u64::to_string).collect();
         format!(
-            "{} {:.2} {} {} {} {} {} {} {} {}",
+            "{} {:.2} {} {} {} {} {} {} {} {} {}",
             u8::from(self.spike),
             self.micros,
             self.own_allocs,
@@ -87,7 +91,8 @@ impl Frame {
             self.rss,
             self.checksum,
             self.scratch_held,
-            self.frame_memory_held
+            self.frame_memory_held,
+            needs.join(" ")
         )
     }
 
@@ -104,6 +109,7 @@ impl Frame {
             checksum: f.get(7)?.parse().ok()?,
             scratch_held: f.get(8)?.parse().ok()?,
             frame_memory_held: f.get(9)?.parse().ok()?,
+            needs: std::array::from_fn(|i| f.get(10 + i).and_then(|n| n.parse().ok()).unwrap_or(0)),
         })
     }
 }
@@ -134,10 +140,7 @@ fn frame(app: &mut App, mode: Mode, live_base: i64) -> Frame {
     let micros = start.elapsed().as_secs_f64() * 1e6;
     let after = counters();
     let world = app.world();
-    let checksum = world
-        .resource::<Checksum>()
-        .0
-        .swap(0, std::sync::atomic::Ordering::Relaxed);
+    let checksum = world.resource::<Checksum>().0.swap(0, Relaxed);
     let stats = world.resource::<FrameMemoryStats>();
     let frames = world.resource::<FrameMemory>();
     let frame_memory_held = frames.current().bytes_held() + frames.previous().bytes_held();
@@ -147,11 +150,7 @@ fn frame(app: &mut App, mode: Mode, live_base: i64) -> Frame {
         Mode::Heap => after.live_bytes - live_base,
         Mode::LocalVec => {
             let locals = world.resource::<LocalHeld>();
-            locals
-                .0
-                .iter()
-                .map(|h| h.load(std::sync::atomic::Ordering::Relaxed) as i64)
-                .sum()
+            locals.0.iter().map(|h| h.load(Relaxed) as i64).sum()
         }
     };
     let arena = mode == Mode::Arena;
@@ -170,6 +169,7 @@ fn frame(app: &mut App, mode: Mode, live_base: i64) -> Frame {
             0
         },
         frame_memory_held: if arena { frame_memory_held as u64 } else { 0 },
+        needs: std::array::from_fn(|i| world.resource::<Needs>().0[i].load(Relaxed) as u64),
     }
 }
 

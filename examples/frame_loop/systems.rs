@@ -53,6 +53,32 @@ pub struct Tick(pub u64);
 #[derive(Resource, Default)]
 pub struct LocalHeld(pub [AtomicUsize; 4]);
 
+/// What each part of the frame's work needed for its temporaries this frame, in bytes of
+/// the data they held (lengths, not capacities, so the figures are the same in every run):
+/// see [`NEEDS`]. The neighbour lists count every entity's list once.
+#[derive(Resource, Default)]
+pub struct Needs(pub [AtomicUsize; NEEDS.len()]);
+
+/// The parts of [`Needs`].
+pub const NEEDS: [&str; 6] = [
+    "physics: grid",
+    "physics: contact pairs",
+    "physics: neighbour lists",
+    "culling: visible list",
+    "LOD sorting",
+    "streaming",
+];
+
+impl Needs {
+    fn set(&self, part: usize, bytes: usize) {
+        self.0[part].store(bytes, Relaxed);
+    }
+}
+
+fn len_bytes<T, A: Allocator>(v: &AVec<T, A>) -> usize {
+    v.len() * size_of::<T>()
+}
+
 /// The visible list, from culling to LOD sorting: a frame handle in the arena run, a
 /// vector otherwise (fresh each frame in the heap run, reused in the local-vec run).
 #[derive(Resource, Default)]
@@ -73,18 +99,24 @@ fn physics<A: Allocator>(
     pairs: &mut AVec<(u32, u32), A>,
     query: &mut Query<(&Id, &Pos, &mut Steer)>,
     scale: f32,
+    needs: &Needs,
     with_list: impl Fn(Grid<'_>, u32, [f32; 3], f32) -> Steer + Send + Sync + Clone,
 ) -> u64 {
     own(|| build_grid(entries, starts, query.iter().map(|(id, p, _)| (id.0, p.0))));
+    needs.set(0, len_bytes(entries) + len_bytes(starts));
     let grid = Grid { entries, starts };
     query.par_iter_mut().for_each(|(id, p, mut steer)| {
         *steer = own(|| with_list(grid, id.0, p.0, FLOCK_RADIUS * scale));
     });
     own(|| {
-        let steering = query.iter().fold(0u64, |h, (_, _, s)| {
-            h.wrapping_add(s.hash ^ u64::from(s.v[0].to_bits()))
+        let (steering, near) = query.iter().fold((0u64, 0usize), |(h, n), (_, _, s)| {
+            let h = h.wrapping_add(s.hash ^ u64::from(s.v[0].to_bits()));
+            (h, n + s.near as usize)
         });
-        steering.wrapping_add(contacts(pairs, grid, CONTACT_RADIUS * scale))
+        needs.set(2, near * size_of::<Near>());
+        let sum = steering.wrapping_add(contacts(pairs, grid, CONTACT_RADIUS * scale));
+        needs.set(1, len_bytes(pairs));
+        sum
     })
 }
 
@@ -105,6 +137,7 @@ fn physics_system(
     tick: Res<Tick>,
     checksum: Res<Checksum>,
     held: Res<LocalHeld>,
+    needs: Res<Needs>,
 ) {
     let scale = if is_spike(tick.0) { BLAST } else { 1.0 };
     let sum = match *mode {
@@ -117,6 +150,7 @@ fn physics_system(
                 &mut AVec::new_in(a),
                 &mut query,
                 scale,
+                &needs,
                 |g, id, p, r| with_scratch(|s| steer_one(&mut AVec::new_in(s), g, id, p, r)),
             )
         }
@@ -126,6 +160,7 @@ fn physics_system(
             &mut AVec::new(),
             &mut query,
             scale,
+            &needs,
             |g, id, p, r| steer_one(&mut AVec::new(), g, id, p, r),
         ),
         Mode::LocalVec => {
@@ -138,9 +173,9 @@ fn physics_system(
             starts.clear();
             pairs.clear();
             let lists = &*lists;
-            let sum = physics(entries, starts, pairs, &mut query, scale, |g, id, p, r| {
-                steer_one(&mut lists.borrow_local_mut(), g, id, p, r)
-            });
+            let with_list =
+                |g: Grid<'_>, id, p, r| steer_one(&mut lists.borrow_local_mut(), g, id, p, r);
+            let sum = physics(entries, starts, pairs, &mut query, scale, &needs, with_list);
             let kept = bytes(entries) + bytes(starts) + bytes(pairs);
             held.0[0].store(kept, Relaxed);
             sum
@@ -161,24 +196,28 @@ fn cull_system(
     query: Query<(&Id, &Pos)>,
     checksum: Res<Checksum>,
     held: Res<LocalHeld>,
+    needs: Res<Needs>,
 ) {
     let items = query.iter().map(|(id, p)| (id.0, p.0));
     let sum = own(|| match *mode {
         Mode::Arena => {
             let mut out = AVec::new_in(&*scratch);
             let sum = cull(&mut out, items);
+            needs.set(3, len_bytes(&out));
             visible.handle = Some(frames.store_slice(&out));
             sum
         }
         Mode::Heap => {
             let mut out = AVec::new();
             let sum = cull(&mut out, items);
+            needs.set(3, len_bytes(&out));
             visible.list = out; // a fresh vector every frame
             sum
         }
         Mode::LocalVec => {
             visible.list.clear(); // the same vector, reused
             let sum = cull(&mut visible.list, items);
+            needs.set(3, len_bytes(&visible.list));
             held.0[1].store(bytes(&visible.list), Relaxed);
             sum
         }
@@ -198,12 +237,15 @@ fn lod<A: Allocator>(
     pos: &mut AVec<[f32; 3], A>,
     visible: &[u32],
     query: &Query<(&Id, &Pos)>,
+    needs: &Needs,
 ) -> u64 {
     pos.resize(query.iter().len(), [0.0; 3]);
     for (id, p) in query {
         pos[id.0 as usize] = p.0;
     }
-    lod_sort(keys, visible, pos)
+    let sum = lod_sort(keys, visible, pos);
+    needs.set(4, len_bytes(keys) + len_bytes(pos));
+    sum
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -216,19 +258,32 @@ fn lod_system(
     query: Query<(&Id, &Pos)>,
     checksum: Res<Checksum>,
     held: Res<LocalHeld>,
+    needs: Res<Needs>,
 ) {
     let sum = own(|| match *mode {
         Mode::Arena => {
             let list = visible.handle.and_then(|h| frames.get(h)).unwrap_or(&[]);
             let a = &*scratch;
-            lod(&mut AVec::new_in(a), &mut AVec::new_in(a), list, &query)
+            lod(
+                &mut AVec::new_in(a),
+                &mut AVec::new_in(a),
+                list,
+                &query,
+                &needs,
+            )
         }
-        Mode::Heap => lod(&mut AVec::new(), &mut AVec::new(), &visible.list, &query),
+        Mode::Heap => lod(
+            &mut AVec::new(),
+            &mut AVec::new(),
+            &visible.list,
+            &query,
+            &needs,
+        ),
         Mode::LocalVec => {
             let LodBuffers { keys, pos } = &mut *local;
             keys.clear();
             pos.clear();
-            let sum = lod(keys, pos, &visible.list, &query);
+            let sum = lod(keys, pos, &visible.list, &query, &needs);
             held.0[2].store(bytes(keys) + bytes(pos), Relaxed);
             sum
         }
@@ -243,6 +298,19 @@ struct StreamBuffers {
     quads: AVec<[u8; 6], Global>,
 }
 
+/// Streaming with `voxels`, `mask` and `quads` as temporaries.
+fn stream<A: Allocator>(
+    voxels: &mut AVec<u8, A>,
+    mask: &mut AVec<u8, A>,
+    quads: &mut AVec<[u8; 6], A>,
+    (first, count, batch): (u64, usize, usize),
+    needs: &Needs,
+) -> u64 {
+    let sum = stream_chunks(voxels, mask, quads, first, count, batch);
+    needs.set(5, len_bytes(voxels) + len_bytes(mask) + len_bytes(quads));
+    sum
+}
+
 fn stream_system(
     mode: Res<Mode>,
     scratch: Scratch,
@@ -250,33 +318,26 @@ fn stream_system(
     tick: Res<Tick>,
     checksum: Res<Checksum>,
     held: Res<LocalHeld>,
+    needs: Res<Needs>,
 ) {
     let (count, batch) = if is_spike(tick.0) {
         (REGION, REGION)
     } else {
         (CHUNKS_PER_FRAME, 1)
     };
-    let first = tick.0 * REGION as u64;
+    let work = (tick.0 * REGION as u64, count, batch);
     let sum = own(|| match *mode {
         Mode::Arena => {
             let a = &*scratch;
             let (mut voxels, mut mask) = (AVec::new_in(a), AVec::new_in(a));
-            stream_chunks(
-                &mut voxels,
-                &mut mask,
-                &mut AVec::new_in(a),
-                first,
-                count,
-                batch,
-            )
+            stream(&mut voxels, &mut mask, &mut AVec::new_in(a), work, &needs)
         }
-        Mode::Heap => stream_chunks(
+        Mode::Heap => stream(
             &mut AVec::new(),
             &mut AVec::new(),
             &mut AVec::new(),
-            first,
-            count,
-            batch,
+            work,
+            &needs,
         ),
         Mode::LocalVec => {
             let StreamBuffers {
@@ -285,7 +346,7 @@ fn stream_system(
                 quads,
             } = &mut *local;
             quads.clear();
-            let sum = stream_chunks(voxels, mask, quads, first, count, batch);
+            let sum = stream(voxels, mask, quads, work, &needs);
             held.0[3].store(bytes(voxels) + bytes(mask) + bytes(quads), Relaxed);
             sum
         }
@@ -315,6 +376,7 @@ pub fn app(mode: Mode, entities: usize) -> App {
     .init_resource::<Tick>()
     .init_resource::<Visible>()
     .init_resource::<LocalHeld>()
+    .init_resource::<Needs>()
     .add_systems(Update, movement)
     // Physics, culling and streaming run in parallel; LOD sorting needs the visible list.
     .add_systems(

@@ -52,11 +52,12 @@ pub struct Pos(pub [f32; 3]);
 #[derive(Component, Clone, Copy)]
 pub struct Vel(pub [f32; 3]);
 
-/// An entity's steering result and the checksum of its neighbour list.
+/// An entity's steering result, the checksum of its neighbour list and the list's length.
 #[derive(Component, Clone, Copy, Default)]
 pub struct Steer {
     pub v: [f32; 3],
     pub hash: u64,
+    pub near: u32,
 }
 
 /// SplitMix64: a tiny fixed-seed generator.
@@ -178,7 +179,11 @@ pub fn steer_one<A: Allocator>(
         }
         hash = hash.wrapping_add(mix(u64::from(other) + rank as u64));
     }
-    Steer { v, hash }
+    Steer {
+        v,
+        hash,
+        near: list.len() as u32,
+    }
 }
 
 /// Contact pairs `(a, b)`, `a < b`, closer than `radius`, sorted. Returns a checksum.
