@@ -188,6 +188,7 @@ fn physics_system(
     checksum.add(sum);
 }
 
+#[allow(clippy::too_many_arguments)]
 fn cull_system(
     mode: Res<Mode>,
     scratch: Scratch,
