@@ -24,7 +24,9 @@ mod plot;
 mod render;
 mod report;
 mod runs;
+mod state;
 mod systems;
+mod tags;
 mod workload;
 
 use std::path::{Path, PathBuf};
