@@ -5,7 +5,7 @@
 //! The work (see `workload` and `render`): a spatial grid; each entity's neighbour list,
 //! built in `par_iter` on 4 compute threads; contact pairs; culling and LOD sorting; voxel
 //! chunks streamed in and meshed. Every 250 frames a spike frame (an explosion and a region
-//! streaming in) needs about 50 times the usual temporaries.
+//! streaming in) makes physics and streaming need 50-100 times their usual temporaries.
 //!
 //! The runs differ only in where the temporaries live (see `systems`): the crate's arenas,
 //! a fresh `Vec` each time, or buffers kept in `Local`s (`Local<Parallel<Vec>>` for the
@@ -24,7 +24,9 @@ mod plot;
 mod render;
 mod report;
 mod runs;
+mod state;
 mod systems;
+mod tags;
 mod workload;
 
 use std::path::{Path, PathBuf};

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::runs::{Frame, RunRecord};
+use crate::systems::NEEDS;
 
 /// Frames after a spike at which its memory is looked at again.
 pub const AFTER: usize = 120;
@@ -129,24 +130,24 @@ pub fn print(runs: &[RunRecord], sums: &[Summary]) -> bool {
         );
     }
     println!(
-        "  held: arena = blocks its arenas hold (Scratch, with_scratch, FrameMemory); heap = live \
+        "  held: arena = blocks its arenas hold (TaggedScratch, with_scratch, FrameMemory); heap = live \
          heap bytes above the level after warm-up; local-vec = capacity its Locals keep"
     );
     if let Some(arena) = runs.iter().find(|r| r.run.name == "arena") {
         let c = arena.closing;
         let last = arena.frames.last().copied().unwrap_or_default();
         println!(
-            "  arena run at the end: Scratch {}, FrameMemory {}, with_scratch {}; {} Scratch \
-             arenas, scratch pool high watermark {}, {} exhaustions, {} heap fallbacks",
-            bytes(last.scratch_held as i64),
+            "  arena run at the end: the systems' TaggedScratch {}, with_scratch (scratch_batch) \
+             {}, FrameMemory {}; scratch pool high watermark {}, {} exhaustions, {} heap fallbacks",
+            bytes(last.systems_held as i64),
+            bytes(last.with_scratch_held as i64),
             bytes(last.frame_memory_held as i64),
-            bytes(last.held - last.scratch_held as i64 - last.frame_memory_held as i64),
-            c.scratch_arenas,
             bytes(c.pool_high_watermark as i64),
             c.exhaustions,
             c.heap_fallbacks
         );
     }
+    print_needs(&runs[0]);
     print_tag_table(runs);
     let first = &runs[0];
     let mismatch = runs[1..].iter().find_map(|other| {
@@ -175,11 +176,47 @@ pub fn print(runs: &[RunRecord], sums: &[Summary]) -> bool {
     }
 }
 
+/// What the work needed for its temporaries in a steady frame and at a spike, part by
+/// part (the same in every run).
+fn print_needs(run: &RunRecord) {
+    println!();
+    println!(
+        "{:<26} {:>10} {:>10} {:>7}",
+        "temporaries needed", "steady", "at spike", "x-fold"
+    );
+    let row = |name: &str, figure: &dyn Fn(&Frame) -> i64| {
+        let [steady, at, _] = phases(&run.frames, figure);
+        println!(
+            "{name:<26} {:>10} {:>10} {:>6.0}x",
+            bytes(steady),
+            bytes(at),
+            at as f64 / steady.max(1) as f64
+        );
+    };
+    row("physics (all three)", &|f| {
+        f.needs[..3].iter().sum::<u64>() as i64
+    });
+    for (i, name) in NEEDS.iter().enumerate() {
+        row(&format!("  {name}"), &|f| f.needs[i] as i64);
+    }
+    println!(
+        "  (bytes of the data each temporary held, not capacities; the neighbour lists: every \
+         entity's list together)"
+    );
+}
+
 /// Where the arena run's memory went, tag by tag.
-fn print_tag_table(_runs: &[RunRecord]) {
-    // TAG LEDGER: when `nebula_memory::ledger` lands (tags on arenas), print here a table of
-    // the arena run's bytes per tag (steady state, at the spike, after it), one row per
-    // system of the demo. Not built yet: the ledger does not exist in the crate.
+fn print_tag_table(runs: &[RunRecord]) {
+    let Some(arena) = runs.iter().find(|r| !r.ledger.is_empty()) else {
+        return;
+    };
+    println!();
+    println!(
+        "tag ledger of the arena run (its MemoryLedger after a steady frame, the first spike and {AFTER} frames after it):"
+    );
+    for line in &arena.ledger {
+        println!("{line}");
+    }
 }
 
 /// The verdict, from this run's figures: the three runs side by side, then each target met
@@ -263,13 +300,14 @@ pub fn write_csv(path: &Path, runs: &[RunRecord]) -> std::io::Result<()> {
     writeln!(
         out,
         "frame,run,spike,frame_time_us,own_allocs,bevy_allocs,held_bytes,live_heap_bytes,\
-         rss_bytes,scratch_held,frame_memory_held,checksum"
+         rss_bytes,systems_held,with_scratch_held,frame_memory_held,need_grid,need_pairs,\
+         need_neighbours,need_visible,need_lod,need_streaming,checksum"
     )?;
     for r in runs {
         for (i, f) in r.frames.iter().enumerate() {
             writeln!(
                 out,
-                "{i},{},{},{:.1},{},{},{},{},{},{},{},{}",
+                "{i},{},{},{:.1},{},{},{},{},{},{},{},{},{},{}",
                 r.run.name,
                 u8::from(f.spike),
                 f.micros,
@@ -278,8 +316,10 @@ pub fn write_csv(path: &Path, runs: &[RunRecord]) -> std::io::Result<()> {
                 f.held,
                 f.live_heap,
                 f.rss,
-                f.scratch_held,
+                f.systems_held,
+                f.with_scratch_held,
                 f.frame_memory_held,
+                f.needs.map(|n| n.to_string()).join(","),
                 f.checksum
             )?;
         }

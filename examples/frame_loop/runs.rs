@@ -5,17 +5,21 @@
 //! The parent starts the children (this same program with `--child RUN`) and talks to
 //! them over their standard input and output, one line per command or frame:
 //! `warm` (play the warm-up frames), `play N` (play N frames, one line of figures each),
-//! `stats` (the run's closing figures); each answer ends with `ok`.
+//! `stats` (the run's closing figures), `ledger` (the arena run's tag table, see `tags`);
+//! each answer ends with `ok`.
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use bevy_app::App;
-use nebula_memory::bevy::{FrameMemory, FrameMemoryStats};
+use nebula_memory::bevy::{FrameMemoryStats, MemoryLedger};
+use nebula_memory::ledger::tags::{FRAME_MEMORY, WITH_SCRATCH};
 
 use crate::alloc::{ALLOCATOR_VAR, counters, rss_bytes};
-use crate::systems::{Checksum, LocalHeld, Mode, Tick, app};
+use crate::systems::{Checksum, LocalHeld, Mode, NEEDS, Needs, Tick, app};
+use crate::tags::Watch;
 use crate::workload::is_spike;
 
 /// Frames each run plays before the next run's turn.
@@ -68,16 +72,20 @@ pub struct Frame {
     pub live_heap: i64,
     pub rss: u64,
     pub checksum: u64,
-    /// Arena run: bytes held by the `Scratch` arenas and by `FrameMemory` (the rest of
-    /// `held` is the `with_scratch` arenas').
-    pub scratch_held: u64,
+    /// Arena run, from its ledger: bytes held by the systems' `TaggedScratch` arenas (tag
+    /// `demo`), by the `with_scratch` arenas behind `scratch_batch`, and by `FrameMemory`.
+    pub systems_held: u64,
+    pub with_scratch_held: u64,
     pub frame_memory_held: u64,
+    /// What each part of the work needed for its temporaries (see `systems::NEEDS`).
+    pub needs: [u64; NEEDS.len()],
 }
 
 impl Frame {
     fn to_line(self) -> String {
+        let needs: Vec<String> = self.needs.iter().map(u64::to_string).collect();
         format!(
-            "{} {:.2} {} {} {} {} {} {} {} {}",
+            "{} {:.2} {} {} {} {} {} {} {} {} {} {}",
             u8::from(self.spike),
             self.micros,
             self.own_allocs,
@@ -86,8 +94,10 @@ impl Frame {
             self.live_heap,
             self.rss,
             self.checksum,
-            self.scratch_held,
-            self.frame_memory_held
+            self.systems_held,
+            self.with_scratch_held,
+            self.frame_memory_held,
+            needs.join(" ")
         )
     }
 
@@ -102,8 +112,10 @@ impl Frame {
             live_heap: f.get(5)?.parse().ok()?,
             rss: f.get(6)?.parse().ok()?,
             checksum: f.get(7)?.parse().ok()?,
-            scratch_held: f.get(8)?.parse().ok()?,
-            frame_memory_held: f.get(9)?.parse().ok()?,
+            systems_held: f.get(8)?.parse().ok()?,
+            with_scratch_held: f.get(9)?.parse().ok()?,
+            frame_memory_held: f.get(10)?.parse().ok()?,
+            needs: std::array::from_fn(|i| f.get(11 + i).and_then(|n| n.parse().ok()).unwrap_or(0)),
         })
     }
 }
@@ -111,7 +123,6 @@ impl Frame {
 /// Closing figures of a run (the arena run's pools; zeros elsewhere).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Closing {
-    pub scratch_arenas: usize,
     pub pool_high_watermark: usize,
     pub exhaustions: u64,
     pub heap_fallbacks: u64,
@@ -122,6 +133,8 @@ pub struct RunRecord {
     pub run: Run,
     pub frames: Vec<Frame>,
     pub closing: Closing,
+    /// The arena run's tag table (see `tags`); empty for the others.
+    pub ledger: Vec<String>,
 }
 
 /// Plays one frame of `app`; `live_base` is the live heap bytes the heap run's held figure
@@ -134,27 +147,25 @@ fn frame(app: &mut App, mode: Mode, live_base: i64) -> Frame {
     let micros = start.elapsed().as_secs_f64() * 1e6;
     let after = counters();
     let world = app.world();
-    let checksum = world
-        .resource::<Checksum>()
-        .0
-        .swap(0, std::sync::atomic::Ordering::Relaxed);
+    let checksum = world.resource::<Checksum>().0.swap(0, Relaxed);
     let stats = world.resource::<FrameMemoryStats>();
-    let frames = world.resource::<FrameMemory>();
-    let frame_memory_held = frames.current().bytes_held() + frames.previous().bytes_held();
+    let ledger = world.resource::<MemoryLedger>();
+    let tag_held = |tag: &str| {
+        if mode == Mode::Arena {
+            ledger.tag(tag).map_or(0, |f| f.held as u64)
+        } else {
+            0
+        }
+    };
     let held = match mode {
         // Every block this process's arenas hold comes from the scratch pool.
         Mode::Arena => stats.pools[2].in_use as i64,
         Mode::Heap => after.live_bytes - live_base,
         Mode::LocalVec => {
             let locals = world.resource::<LocalHeld>();
-            locals
-                .0
-                .iter()
-                .map(|h| h.load(std::sync::atomic::Ordering::Relaxed) as i64)
-                .sum()
+            locals.0.iter().map(|h| h.load(Relaxed) as i64).sum()
         }
     };
-    let arena = mode == Mode::Arena;
     Frame {
         spike,
         micros,
@@ -164,12 +175,10 @@ fn frame(app: &mut App, mode: Mode, live_base: i64) -> Frame {
         live_heap: after.live_bytes,
         rss: rss_bytes(),
         checksum,
-        scratch_held: if arena {
-            stats.scratch_bytes_held as u64
-        } else {
-            0
-        },
-        frame_memory_held: if arena { frame_memory_held as u64 } else { 0 },
+        systems_held: tag_held("demo"),
+        with_scratch_held: tag_held(WITH_SCRATCH),
+        frame_memory_held: tag_held(FRAME_MEMORY),
+        needs: std::array::from_fn(|i| world.resource::<Needs>().0[i].load(Relaxed) as u64),
     }
 }
 
@@ -180,6 +189,7 @@ pub fn child(run: Run, entities: usize) {
     let stdin = std::io::stdin();
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut lines: Vec<String> = Vec::with_capacity(TURN);
+    let (mut watch, mut measured) = (Watch::default(), 0);
     for command in stdin.lock().lines() {
         let command = command.expect("reading a command from the parent");
         let words: Vec<&str> = command.split_whitespace().collect();
@@ -196,6 +206,13 @@ pub fn child(run: Run, entities: usize) {
                 for _ in 0..n {
                     let f = frame(&mut app, run.mode, live_base);
                     lines.push(f.to_line());
+                    if run.mode == Mode::Arena {
+                        let world = app.world();
+                        let next_spike = is_spike(world.resource::<Tick>().0);
+                        let ledger = world.resource::<MemoryLedger>();
+                        watch.frame(measured, f.spike, next_spike, ledger);
+                    }
+                    measured += 1;
                 }
                 for line in &lines {
                     writeln!(out, "{line}").unwrap();
@@ -206,13 +223,15 @@ pub fn child(run: Run, entities: usize) {
                 let pool = s.pools[2];
                 writeln!(
                     out,
-                    "{} {} {} {}",
-                    s.scratch_arenas,
-                    pool.high_watermark,
-                    s.exhaustions_total,
-                    s.heap_fallbacks_total
+                    "{} {} {}",
+                    pool.high_watermark, s.exhaustions_total, s.heap_fallbacks_total
                 )
                 .unwrap();
+            }
+            ["ledger"] => {
+                for line in watch.table(app.world().resource::<MemoryLedger>()) {
+                    writeln!(out, "{line}").unwrap();
+                }
             }
             _ => panic!("unknown command from the parent: {command}"),
         }
@@ -283,6 +302,7 @@ pub fn run_all(runs: &[Run], frames: usize, entities: usize) -> Vec<RunRecord> {
             run,
             frames: Vec::with_capacity(frames),
             closing: Closing::default(),
+            ledger: Vec::new(),
         })
         .collect();
     while records[0].frames.len() < frames {
@@ -303,11 +323,13 @@ pub fn run_all(runs: &[Run], frames: usize, entities: usize) -> Vec<RunRecord> {
             .map(|w| w.parse().unwrap())
             .collect();
         r.closing = Closing {
-            scratch_arenas: f[0] as usize,
-            pool_high_watermark: f[1] as usize,
-            exhaustions: f[2],
-            heap_fallbacks: f[3],
+            pool_high_watermark: f[0] as usize,
+            exhaustions: f[1],
+            heap_fallbacks: f[2],
         };
+        if r.run.mode == Mode::Arena {
+            r.ledger = h.ask("ledger");
+        }
         drop(h.input);
         h.child.wait().expect("a run's exit");
     }

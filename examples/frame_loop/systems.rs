@@ -1,15 +1,20 @@
 //! The Bevy side: one app per run, whose systems call the shared work of `workload` and
 //! `render` with the run's temporaries.
 //!
-//! - **arena**: `Scratch` for a system's temporaries; `with_scratch` for each entity's
-//!   list inside `par_iter` (the calling compute thread's scratch arena, rewound when the
-//!   entity is done); `FrameMemory` for the visible list handed from culling to LOD sorting.
+//! - **arena**: a `TaggedScratch` for each system's temporaries (so the ledger shows each
+//!   system on a line of its own, see `tags`); for each entity's list inside `par_iter`, a
+//!   `scratch_batch` per batch of entities (`for_each_init`: one `with_scratch` arena
+//!   claimed per batch, rewound after each entity); `FrameMemory` for the visible list
+//!   handed from culling to LOD sorting.
 //! - **heap**: a fresh `Vec` for every temporary, per entity too.
 //! - **local-vec**: the Bevy idiom for reuse: `Local<Vec>` buffers cleared each run, and
-//!   `Local<Parallel<Vec>>` (bevy_utils) for the per-entity lists, one per thread.
+//!   `Local<Parallel<Vec>>` (bevy_utils) for the per-entity lists, one per thread,
+//!   borrowed once per batch (`for_each_init`, as Bevy documents it).
+//!
+//! Every system takes a `Frame` (see `state`: the run's mode, the frame's tick and where
+//! it reports) and the temporaries of all three ways; only its run's are used.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use allocator_api2::alloc::{Allocator, Global};
 use allocator_api2::vec::Vec as AVec;
@@ -18,40 +23,14 @@ use bevy_app::{
 };
 use bevy_ecs::prelude::*;
 use bevy_utils::Parallel;
-use nebula_memory::FrameHandle;
-use nebula_memory::bevy::{FrameMemory, MemoryPlugin, MemorySystems, Scratch};
-use nebula_memory::with_scratch;
+use nebula_memory::bevy::{FrameMemory, MemoryPlugin, MemorySystems, TaggedScratch};
+use nebula_memory::{FrameHandle, ScratchBatch, scratch_batch};
 
 use crate::alloc::own;
 use crate::render::{cull, lod_sort, stream_chunks};
+pub use crate::state::*;
+use crate::tags;
 use crate::workload::*;
-
-/// Where the temporaries of a run live.
-#[derive(Resource, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    Arena,
-    Heap,
-    LocalVec,
-}
-
-/// The frame's checksum: every system adds its own (wrapping), so the order in which the
-/// parallel systems finish does not matter.
-#[derive(Resource, Default)]
-pub struct Checksum(pub AtomicU64);
-
-impl Checksum {
-    fn add(&self, value: u64) {
-        self.0.fetch_add(value, Relaxed);
-    }
-}
-
-/// Frames played so far (drives the spikes and the chunks streamed).
-#[derive(Resource, Default)]
-pub struct Tick(pub u64);
-
-/// Bytes of capacity the local-vec run's buffers keep, one figure per system.
-#[derive(Resource, Default)]
-pub struct LocalHeld(pub [AtomicUsize; 4]);
 
 /// The visible list, from culling to LOD sorting: a frame handle in the arena run, a
 /// vector otherwise (fresh each frame in the heap run, reused in the local-vec run).
@@ -61,30 +40,38 @@ struct Visible {
     list: AVec<u32, Global>,
 }
 
-fn bytes<T, A: Allocator>(v: &AVec<T, A>) -> usize {
-    v.capacity() * size_of::<T>()
-}
-
 /// The shared body of the physics system: grid, per-entity steering in `par_iter` (each
-/// entity's list from `with_list`), contact pairs. Returns the checksum.
-fn physics<A: Allocator>(
+/// entity's list from `with_list`, given what `init` made for the batch of entities the
+/// calling thread runs), contact pairs. Returns the checksum.
+#[allow(clippy::too_many_arguments)]
+fn physics<A: Allocator, I>(
     entries: &mut AVec<Entry, A>,
     starts: &mut AVec<u32, A>,
     pairs: &mut AVec<(u32, u32), A>,
     query: &mut Query<(&Id, &Pos, &mut Steer)>,
     scale: f32,
-    with_list: impl Fn(Grid<'_>, u32, [f32; 3], f32) -> Steer + Send + Sync + Clone,
+    needs: &Needs,
+    init: impl Fn() -> I + Send + Sync + Clone,
+    with_list: impl Fn(&mut I, Grid<'_>, u32, [f32; 3], f32) -> Steer + Send + Sync + Clone,
 ) -> u64 {
     own(|| build_grid(entries, starts, query.iter().map(|(id, p, _)| (id.0, p.0))));
+    needs.set(0, len_bytes(entries) + len_bytes(starts));
     let grid = Grid { entries, starts };
-    query.par_iter_mut().for_each(|(id, p, mut steer)| {
-        *steer = own(|| with_list(grid, id.0, p.0, FLOCK_RADIUS * scale));
-    });
+    query.par_iter_mut().for_each_init(
+        || own(&init),
+        |state, (id, p, mut steer)| {
+            *steer = own(|| with_list(state, grid, id.0, p.0, FLOCK_RADIUS * scale));
+        },
+    );
     own(|| {
-        let steering = query.iter().fold(0u64, |h, (_, _, s)| {
-            h.wrapping_add(s.hash ^ u64::from(s.v[0].to_bits()))
+        let (steering, near) = query.iter().fold((0u64, 0usize), |(h, n), (_, _, s)| {
+            let h = h.wrapping_add(s.hash ^ u64::from(s.v[0].to_bits()));
+            (h, n + s.near as usize)
         });
-        steering.wrapping_add(contacts(pairs, grid, CONTACT_RADIUS * scale))
+        needs.set(2, near * size_of::<Near>());
+        let sum = steering.wrapping_add(contacts(pairs, grid, CONTACT_RADIUS * scale));
+        needs.set(1, len_bytes(pairs));
+        sum
     })
 }
 
@@ -95,39 +82,51 @@ struct PhysicsBuffers {
     pairs: AVec<(u32, u32), Global>,
 }
 
-#[allow(clippy::too_many_arguments)]
 fn physics_system(
-    mode: Res<Mode>,
-    scratch: Scratch,
+    frame: Frame,
+    scratch: TaggedScratch<tags::Physics>,
     mut local: Local<PhysicsBuffers>,
     mut lists: Local<Parallel<AVec<Near, Global>>>,
     mut query: Query<(&Id, &Pos, &mut Steer)>,
-    tick: Res<Tick>,
-    checksum: Res<Checksum>,
-    held: Res<LocalHeld>,
 ) {
-    let scale = if is_spike(tick.0) { BLAST } else { 1.0 };
-    let sum = match *mode {
+    let scale = if frame.spike() { BLAST } else { 1.0 };
+    let needs = &*frame.needs;
+    let sum = match *frame.mode {
         Mode::Arena => {
             let a = &*scratch;
             let (mut entries, mut starts) = (AVec::new_in(a), AVec::new_in(a));
+            let pairs = &mut AVec::new_in(a);
+            let with_list = |batch: &mut ScratchBatch, g: Grid<'_>, id, p, r| {
+                batch.scope(|s| steer_one(&mut AVec::new_in(s), g, id, p, r))
+            };
+            let (q, s) = (&mut query, scale);
             physics(
                 &mut entries,
                 &mut starts,
-                &mut AVec::new_in(a),
-                &mut query,
-                scale,
-                |g, id, p, r| with_scratch(|s| steer_one(&mut AVec::new_in(s), g, id, p, r)),
+                pairs,
+                q,
+                s,
+                needs,
+                scratch_batch,
+                with_list,
             )
         }
-        Mode::Heap => physics(
-            &mut AVec::new(),
-            &mut AVec::new(),
-            &mut AVec::new(),
-            &mut query,
-            scale,
-            |g, id, p, r| steer_one(&mut AVec::new(), g, id, p, r),
-        ),
+        Mode::Heap => {
+            let (mut entries, mut starts, pairs) = (AVec::new(), AVec::new(), &mut AVec::new());
+            let with_list =
+                |_: &mut (), g: Grid<'_>, id, p, r| steer_one(&mut AVec::new(), g, id, p, r);
+            let (q, s) = (&mut query, scale);
+            physics(
+                &mut entries,
+                &mut starts,
+                pairs,
+                q,
+                s,
+                needs,
+                || (),
+                with_list,
+            )
+        }
         Mode::LocalVec => {
             let PhysicsBuffers {
                 entries,
@@ -138,52 +137,61 @@ fn physics_system(
             starts.clear();
             pairs.clear();
             let lists = &*lists;
-            let sum = physics(entries, starts, pairs, &mut query, scale, |g, id, p, r| {
-                steer_one(&mut lists.borrow_local_mut(), g, id, p, r)
-            });
-            let kept = bytes(entries) + bytes(starts) + bytes(pairs);
-            held.0[0].store(kept, Relaxed);
+            let (q, s) = (&mut query, scale);
+            let sum = physics(
+                entries,
+                starts,
+                pairs,
+                q,
+                s,
+                needs,
+                || lists.borrow_local_mut(),
+                |list, g, id, p, r| steer_one(list, g, id, p, r),
+            );
+            frame.keep(0, bytes(entries) + bytes(starts) + bytes(pairs));
             sum
         }
     };
-    if *mode == Mode::LocalVec {
+    if *frame.mode == Mode::LocalVec {
         let kept: usize = lists.iter_mut().map(|l| bytes(l)).sum();
-        held.0[0].fetch_add(kept, Relaxed);
+        frame.held.0[0].fetch_add(kept, Relaxed);
     }
-    checksum.add(sum);
+    frame.checksum.add(sum);
 }
 
 fn cull_system(
-    mode: Res<Mode>,
-    scratch: Scratch,
+    frame: Frame,
+    scratch: TaggedScratch<tags::Culling>,
     frames: Res<FrameMemory>,
     mut visible: ResMut<Visible>,
     query: Query<(&Id, &Pos)>,
-    checksum: Res<Checksum>,
-    held: Res<LocalHeld>,
 ) {
     let items = query.iter().map(|(id, p)| (id.0, p.0));
-    let sum = own(|| match *mode {
+    let needs = &frame.needs;
+    let sum = own(|| match *frame.mode {
         Mode::Arena => {
             let mut out = AVec::new_in(&*scratch);
             let sum = cull(&mut out, items);
+            needs.set(3, len_bytes(&out));
             visible.handle = Some(frames.store_slice(&out));
             sum
         }
         Mode::Heap => {
             let mut out = AVec::new();
             let sum = cull(&mut out, items);
+            needs.set(3, len_bytes(&out));
             visible.list = out; // a fresh vector every frame
             sum
         }
         Mode::LocalVec => {
             visible.list.clear(); // the same vector, reused
             let sum = cull(&mut visible.list, items);
-            held.0[1].store(bytes(&visible.list), Relaxed);
+            needs.set(3, len_bytes(&visible.list));
+            frame.keep(1, bytes(&visible.list));
             sum
         }
     });
-    checksum.add(sum);
+    frame.checksum.add(sum);
 }
 
 #[derive(Default)]
@@ -198,42 +206,55 @@ fn lod<A: Allocator>(
     pos: &mut AVec<[f32; 3], A>,
     visible: &[u32],
     query: &Query<(&Id, &Pos)>,
+    needs: &Needs,
 ) -> u64 {
     pos.resize(query.iter().len(), [0.0; 3]);
     for (id, p) in query {
         pos[id.0 as usize] = p.0;
     }
-    lod_sort(keys, visible, pos)
+    let sum = lod_sort(keys, visible, pos);
+    needs.set(4, len_bytes(keys) + len_bytes(pos));
+    sum
 }
 
-#[allow(clippy::too_many_arguments)]
 fn lod_system(
-    mode: Res<Mode>,
-    scratch: Scratch,
+    frame: Frame,
+    scratch: TaggedScratch<tags::Lod>,
     frames: Res<FrameMemory>,
     visible: Res<Visible>,
     mut local: Local<LodBuffers>,
     query: Query<(&Id, &Pos)>,
-    checksum: Res<Checksum>,
-    held: Res<LocalHeld>,
 ) {
-    let sum = own(|| match *mode {
+    let needs = &frame.needs;
+    let sum = own(|| match *frame.mode {
         Mode::Arena => {
             let list = visible.handle.and_then(|h| frames.get(h)).unwrap_or(&[]);
             let a = &*scratch;
-            lod(&mut AVec::new_in(a), &mut AVec::new_in(a), list, &query)
+            lod(
+                &mut AVec::new_in(a),
+                &mut AVec::new_in(a),
+                list,
+                &query,
+                needs,
+            )
         }
-        Mode::Heap => lod(&mut AVec::new(), &mut AVec::new(), &visible.list, &query),
+        Mode::Heap => lod(
+            &mut AVec::new(),
+            &mut AVec::new(),
+            &visible.list,
+            &query,
+            needs,
+        ),
         Mode::LocalVec => {
             let LodBuffers { keys, pos } = &mut *local;
             keys.clear();
             pos.clear();
-            let sum = lod(keys, pos, &visible.list, &query);
-            held.0[2].store(bytes(keys) + bytes(pos), Relaxed);
+            let sum = lod(keys, pos, &visible.list, &query, needs);
+            frame.keep(2, bytes(keys) + bytes(pos));
             sum
         }
     });
-    checksum.add(sum);
+    frame.checksum.add(sum);
 }
 
 #[derive(Default)]
@@ -243,40 +264,43 @@ struct StreamBuffers {
     quads: AVec<[u8; 6], Global>,
 }
 
+/// Streaming with `voxels`, `mask` and `quads` as temporaries.
+fn stream<A: Allocator>(
+    voxels: &mut AVec<u8, A>,
+    mask: &mut AVec<u8, A>,
+    quads: &mut AVec<[u8; 6], A>,
+    (first, count, batch): (u64, usize, usize),
+    needs: &Needs,
+) -> u64 {
+    let sum = stream_chunks(voxels, mask, quads, first, count, batch);
+    needs.set(5, len_bytes(voxels) + len_bytes(mask) + len_bytes(quads));
+    sum
+}
+
 fn stream_system(
-    mode: Res<Mode>,
-    scratch: Scratch,
+    frame: Frame,
+    scratch: TaggedScratch<tags::Streaming>,
     mut local: Local<StreamBuffers>,
-    tick: Res<Tick>,
-    checksum: Res<Checksum>,
-    held: Res<LocalHeld>,
 ) {
-    let (count, batch) = if is_spike(tick.0) {
+    let (count, batch) = if frame.spike() {
         (REGION, REGION)
     } else {
         (CHUNKS_PER_FRAME, 1)
     };
-    let first = tick.0 * REGION as u64;
-    let sum = own(|| match *mode {
+    let work = (frame.tick.0 * REGION as u64, count, batch);
+    let needs = &frame.needs;
+    let sum = own(|| match *frame.mode {
         Mode::Arena => {
             let a = &*scratch;
             let (mut voxels, mut mask) = (AVec::new_in(a), AVec::new_in(a));
-            stream_chunks(
-                &mut voxels,
-                &mut mask,
-                &mut AVec::new_in(a),
-                first,
-                count,
-                batch,
-            )
+            stream(&mut voxels, &mut mask, &mut AVec::new_in(a), work, needs)
         }
-        Mode::Heap => stream_chunks(
+        Mode::Heap => stream(
             &mut AVec::new(),
             &mut AVec::new(),
             &mut AVec::new(),
-            first,
-            count,
-            batch,
+            work,
+            needs,
         ),
         Mode::LocalVec => {
             let StreamBuffers {
@@ -285,12 +309,12 @@ fn stream_system(
                 quads,
             } = &mut *local;
             quads.clear();
-            let sum = stream_chunks(voxels, mask, quads, first, count, batch);
-            held.0[3].store(bytes(voxels) + bytes(mask) + bytes(quads), Relaxed);
+            let sum = stream(voxels, mask, quads, work, needs);
+            frame.keep(3, bytes(voxels) + bytes(mask) + bytes(quads));
             sum
         }
     });
-    checksum.add(sum);
+    frame.checksum.add(sum);
 }
 
 /// The app of one run: 4 compute threads, the memory plugin, `entities` entities.
@@ -315,6 +339,7 @@ pub fn app(mode: Mode, entities: usize) -> App {
     .init_resource::<Tick>()
     .init_resource::<Visible>()
     .init_resource::<LocalHeld>()
+    .init_resource::<Needs>()
     .add_systems(Update, movement)
     // Physics, culling and streaming run in parallel; LOD sorting needs the visible list.
     .add_systems(
