@@ -211,8 +211,8 @@ impl FrameMemory {
     }
 
     /// Frame memory whose buffers follow `config` (without a tag in it, blocks are charged
-    /// to `scratch/frame_memory`). A thread's part of a buffer that stored nothing in
-    /// the frame that buffer held gives all its memory back at the swap. O(1).
+    /// to `scratch/frame_memory`). A thread's part of a buffer that stored nothing at 8 of
+    /// that buffer's resets in a row gives all its memory back. O(1).
     ///
     /// # Panics
     /// As [`SharedArena::with_config`](crate::SharedArena::with_config): a

@@ -137,12 +137,7 @@ pub fn snapshot() -> LedgerSnapshot {
     let rows = nodes
         .iter()
         .map(|n| {
-            let children: Vec<&'static TagNode> = nodes
-                .iter()
-                .copied()
-                .filter(|c| is_below(c.path, n.path))
-                .collect();
-            let r = n.read(&children);
+            let r = n.read(&nodes);
             let figures = TagFigures {
                 held: r.held,
                 peak_held: r.peak_held,
@@ -163,11 +158,6 @@ pub fn snapshot() -> LedgerSnapshot {
         .map(|p| p.stats().in_use.saturating_sub(p.charged()))
         .fold(0usize, usize::saturating_add);
     LedgerSnapshot::new(rows, untagged)
-}
-
-/// Whether `path` lies below `parent` (`"a/b/c"` below `"a"` and `"a/b"`).
-fn is_below(path: &str, parent: &str) -> bool {
-    path.len() > parent.len() && path.starts_with(parent) && path[parent.len()..].starts_with('/')
 }
 
 /// Ends a frame for the ledger: takes a [`snapshot`], sends each tag's held and used bytes

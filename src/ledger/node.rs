@@ -235,9 +235,9 @@ impl TagNode {
         }
     }
 
-    /// The node's figures now; `used` sums what the arenas of this tag and of its
-    /// children published (`children` are every node below this one).
-    pub(crate) fn read(&self, children: &[&'static TagNode]) -> Reading {
+    /// The node's figures now; `used` sums what the arenas of this tag and of every tag
+    /// below it among `all` published.
+    pub(crate) fn read(&self, all: &[&'static TagNode]) -> Reading {
         let own_used = |n: &TagNode| -> usize {
             n.arenas
                 .lock()
@@ -246,10 +246,11 @@ impl TagNode {
                 .map(|s| s.0.load(Relaxed))
                 .fold(0usize, usize::saturating_add)
         };
-        let used = children
+        let used = all
             .iter()
+            .filter(|c| c.path == self.path || is_below(c.path, self.path))
             .map(|c| own_used(c))
-            .fold(own_used(self), usize::saturating_add);
+            .fold(0, usize::saturating_add);
         Reading {
             held: self.held.load(Relaxed),
             peak_held: self.peak_held.load(Relaxed),
@@ -262,6 +263,11 @@ impl TagNode {
             limit: budget(self.limit.load(Relaxed)),
         }
     }
+}
+
+/// Whether `path` lies below `parent` (`"a/b/c"` below `"a"` and `"a/b"`).
+pub(crate) fn is_below(path: &str, parent: &str) -> bool {
+    path.len() > parent.len() && path.starts_with(parent) && path[parent.len()..].starts_with('/')
 }
 
 /// Emits one `tracing` WARN for each tag whose warn budget was crossed since the last call.

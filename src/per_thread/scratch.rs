@@ -343,11 +343,13 @@ pub(crate) unsafe fn release(slot: NonNull<Slot>) {
 
 /// One pass of idle trimming (called by `maintain_global_pools`). At the end of each
 /// window of [`SCRATCH_IDLE_PASSES`] passes, every free scratch arena that holds more than
-/// it needed in the window gives all of it back (see the module docs); arenas of owners
-/// that are gone are removed at every pass. Returns the bytes given back.
+/// it needed in the window gives all of it back (see the module docs), and arenas of
+/// owners that are gone are removed; other passes do nothing. Returns the bytes given back.
 pub(crate) fn trim_idle() -> usize {
     let now = PASSES.fetch_add(1, Relaxed) + 1;
-    let window_ends = now.is_multiple_of(SCRATCH_IDLE_PASSES);
+    if !now.is_multiple_of(SCRATCH_IDLE_PASSES) {
+        return 0; // nothing to do between windows: no lock, no allocation
+    }
     let stacks: Vec<Arc<Stack>> = STACKS.lock().clone();
     let mut given = 0;
     for stack in stacks {
@@ -358,9 +360,7 @@ pub(crate) fn trim_idle() -> usize {
                 given += slot.held.load(Relaxed);
                 return false;
             }
-            if window_ends {
-                given += trim_if_oversized(slot);
-            }
+            given += trim_if_oversized(slot);
             true
         });
     }

@@ -52,7 +52,16 @@ pub use level::{GameArena, GameArenaGuard, engine_arena, game_arena};
 /// `ThreadLocal` bucket are adjacent in memory, and each thread writes its cursor on
 /// every allocation).
 #[repr(align(128))]
-struct Slot<'pool>(MemoryArena<'pool>);
+struct Slot<'pool>(MemoryArena<'pool>, IdleResets);
+
+/// Resets in a row at which a thread's part had allocated nothing since the one before;
+/// touched only through `&mut` (by `reset`).
+#[derive(Default)]
+struct IdleResets(u32);
+
+/// Resets in a row a part may be idle before it gives its blocks back: a thread that
+/// allocates every few frames keeps its block, one that stopped gives it back soon.
+const IDLE_RESETS_BEFORE_RELEASE: u32 = 8;
 
 // SAFETY: a `&Slot` gives a `&MemoryArena`. Everything a shared reference to an arena can
 // reach is an atomic or behind a lock, except the cursor's bump, which is a load followed
@@ -263,9 +272,12 @@ impl<'pool> SharedArena<'pool> {
         if cached == TORN_DOWN {
             return self.late_part();
         }
-        let slot = self
-            .slots
-            .get_or(|| Slot(MemoryArena::with_config(self.pool, self.config)));
+        let slot = self.slots.get_or(|| {
+            Slot(
+                MemoryArena::with_config(self.pool, self.config),
+                IdleResets::default(),
+            )
+        });
         // Touching the guard after `get_or` registers its destructor after the thread-id
         // guard's (see `LastGuard`). If it is already being destroyed the slot is still
         // this thread's for this call (the id goes back later), but it is not cached.
@@ -290,7 +302,10 @@ impl<'pool> SharedArena<'pool> {
             // borrow of it was made; only this thread uses it.
             return unsafe { &(*part.cast::<Slot<'pool>>()).0 };
         }
-        let part = Box::new(Slot(MemoryArena::with_config(self.pool, self.config)));
+        let part = Box::new(Slot(
+            MemoryArena::with_config(self.pool, self.config),
+            IdleResets::default(),
+        ));
         let ptr = NonNull::from(Box::leak(part));
         self.late.lock().push(LatePart(ptr));
         LATE.set((self.key, ptr.as_ptr().cast_const().cast()));
@@ -315,10 +330,11 @@ impl<'pool> SharedArena<'pool> {
         self.this_thread().try_alloc(layout)
     }
 
-    /// Frees everything every thread allocated. Each thread's part that allocated since
-    /// the last reset keeps one block chosen by the reset policy (see
-    /// [`MemoryArena::reset`]); a part that allocated nothing since then gives every block
-    /// back, so only threads that use the arena hold memory for it. O(threads + blocks).
+    /// Frees everything every thread allocated. Each thread's part keeps one block chosen
+    /// by the reset policy (see [`MemoryArena::reset`]), except that a part that allocated
+    /// nothing at the last 8 resets in a row gives every block back: only threads that
+    /// use the arena hold memory for it, and one that uses it every few frames does not
+    /// take and return a block each time. O(threads + blocks).
     ///
     /// ```
     /// use nebula_memory::Arena;
@@ -330,9 +346,14 @@ impl<'pool> SharedArena<'pool> {
     /// ```
     pub fn reset(&mut self) {
         for slot in self.slots.iter_mut() {
-            let part = &mut slot.0;
-            if part.peak_since_reset() == 0 && part.bytes_held() > 0 {
-                part.reset_and_release(); // idle since the last reset
+            let Slot(part, idle) = slot;
+            idle.0 = if part.peak_since_reset() == 0 {
+                idle.0.saturating_add(1)
+            } else {
+                0
+            };
+            if idle.0 >= IDLE_RESETS_BEFORE_RELEASE && part.bytes_held() > 0 {
+                part.reset_and_release();
             } else {
                 part.reset();
             }
