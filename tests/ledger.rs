@@ -23,6 +23,10 @@ fn held(tag: &str) -> usize {
 /// A tagged arena's blocks are charged to its tag and to every parent, exactly what the
 /// arena holds, and uncharged when they go back; an untagged arena is not in the ledger.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of KiB poisoned byte by byte; the tagged block path runs under Miri in a_shared_arenas_threads_charge_one_tag"
+)]
 fn blocks_are_charged_to_the_tag_and_its_parents() {
     let pool = common::pool("ledger-charge");
     let mut mesh = tagged(&pool, "t1/render/meshing");
@@ -69,6 +73,10 @@ fn blocks_are_charged_to_the_tag_and_its_parents() {
 /// budget and the request; panicking forms panic with that message; the arena keeps
 /// working afterwards.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of KiB poisoned byte by byte; the tagged block path runs under Miri in a_shared_arenas_threads_charge_one_tag"
+)]
 fn a_hard_budget_stops_a_runaway_tag_and_spares_its_sibling() {
     const LIMIT: usize = 512 * KIB;
     let pool = common::pool("ledger-limit");
@@ -139,6 +147,10 @@ fn a_hard_budget_stops_a_runaway_tag_and_spares_its_sibling() {
 
 /// A parent's hard budget covers its children together.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of KiB poisoned byte by byte; the tagged block path runs under Miri in a_shared_arenas_threads_charge_one_tag"
+)]
 fn a_parents_budget_covers_its_children() {
     let pool = common::pool("ledger-parent");
     ledger::set_budget("t3", Budget::Limit(300 * KIB));
@@ -155,6 +167,10 @@ fn a_parents_budget_covers_its_children() {
 
 /// The heap fallback does not get around a hard budget.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of KiB poisoned byte by byte; the tagged block path runs under Miri in a_shared_arenas_threads_charge_one_tag"
+)]
 fn the_heap_fallback_does_not_bypass_a_budget() {
     let pool = common::pool_of("ledger-heap", 256 * KIB);
     ledger::set_budget("t4/heap", Budget::Limit(MIB));
@@ -184,6 +200,10 @@ fn the_heap_fallback_does_not_bypass_a_budget() {
 /// A warn budget sends one WARN when the tag's holdings cross it, and another only after
 /// they fell back below.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of KiB poisoned byte by byte; the tagged block path runs under Miri in a_shared_arenas_threads_charge_one_tag"
+)]
 fn a_warn_budget_warns_once_per_crossing() {
     let pool = common::pool("ledger-warn");
     ledger::set_budget("t5/warned", Budget::Warn(100 * KIB));
@@ -231,6 +251,10 @@ fn a_warn_budget_warns_once_per_crossing() {
 /// The events a profiler is sent for a scripted scenario, exactly: each block taken and
 /// given back once, in order, with its address and size; a steady frame sends none.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of KiB poisoned byte by byte; the tagged block path runs under Miri in a_shared_arenas_threads_charge_one_tag"
+)]
 fn the_event_sequence_of_take_grow_reset_and_trim() {
     const TAG: &str = "t6/events";
     let pool = common::pool("ledger-events");
@@ -327,7 +351,8 @@ fn a_shared_arenas_threads_charge_one_tag() {
     std::thread::scope(|s| {
         for _ in 0..4 {
             s.spawn(|| {
-                for _ in 0..50 {
+                // Under Miri, enough to take a second block per thread.
+                for _ in 0..if cfg!(miri) { 20 } else { 50 } {
                     shared.alloc_slice(4 * KIB, 1u8);
                 }
             });
@@ -415,6 +440,7 @@ proptest! {
     /// each tag holds exactly what its arena holds, each parent the sum of its children,
     /// and the pool's `in_use` is the top-level tag's `held`.
     #[test]
+    #[cfg_attr(miri, ignore = "hundreds of KiB poisoned byte by byte")]
     fn the_ledger_matches_the_arenas(ops in proptest::collection::vec(op(), 1..40)) {
         // One case at a time: the tags are shared by the cases.
         static SERIAL: Mutex<()> = Mutex::new(());
