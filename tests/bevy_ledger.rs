@@ -157,7 +157,9 @@ fn tagged_scratch_charges_its_own_tag() {
         ledger.tag("bl2/render").unwrap().held,
         mesh.held + cull.held
     );
-    // Forgotten arenas were reclaimed: without that, each frame would make a new arena
-    // and take a new block for it.
-    assert!(mesh.blocks_taken < FRAMES / 2, "{mesh:?}");
+    // Forgotten arenas were reclaimed: without that, each frame would leave an arena busy
+    // for good, holding the frame's 200,000 bytes, and the tag would hold 40 of them.
+    // (Blocks are taken and returned meanwhile as idle trimming works, so the held bytes,
+    // not the blocks taken, are the measure.)
+    assert!(mesh.held < FRAMES as usize * 200_000 / 4, "{mesh:?}");
 }
