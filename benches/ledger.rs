@@ -21,20 +21,9 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use nebula_memory::{Arena, ArenaConfig, MemoryArena, MemoryPool};
 
-/// splitmix64, fixed seed: the same sizes for both variants.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next() % (hi - lo + 1) as u64) as usize
-    }
-}
+#[allow(dead_code)]
+mod common;
+use common::SplitMix64;
 
 fn arena(pool: &MemoryPool, tagged: bool) -> MemoryArena<'_> {
     let config = ArenaConfig::default();
@@ -51,7 +40,7 @@ fn variants() -> [(&'static str, bool); 2] {
 }
 
 fn w1(c: &mut Criterion, pool: &MemoryPool) {
-    let mut rng = Rng(42);
+    let mut rng = SplitMix64(42);
     let sizes: Vec<usize> = (0..1_000_000).map(|_| rng.range(8, 128)).collect();
     let mut g = c.benchmark_group("ledger W1 burst-1M (ns per allocation)");
     g.sample_size(10).measurement_time(Duration::from_secs(3));
@@ -72,7 +61,7 @@ fn w1(c: &mut Criterion, pool: &MemoryPool) {
 }
 
 fn w5(c: &mut Criterion, pool: &MemoryPool) {
-    let mut rng = Rng(5);
+    let mut rng = SplitMix64(5);
     let frames: Vec<(Vec<Layout>, Vec<String>)> = (0..1000)
         .map(|_| {
             let layouts = (0..200)
