@@ -118,18 +118,21 @@ fn parallel_scratch_systems_for_thousands_of_frames() {
     // after the other, so the sum is less than five lists).
     assert!(stats.scratch_bytes >= 2_000 * 8, "{stats}");
     assert!((1..=8).contains(&stats.scratch_arenas), "{stats}");
-    // After a warm-up the arenas never hold more than they did then: each thread's arenas
-    // keep the blocks their frames need, and idle trimming (`maintain_global_pools`, run
-    // by the plugin) may give an arena that a thread stopped using back, never more.
+    // The arenas' memory stays bounded: at most 8 arenas, each holding what one frame of
+    // its systems needs (a 16 KiB list each, plus the first block and the reset policy's
+    // margin, well under 64 KiB). It is not flat: idle trimming (`maintain_global_pools`,
+    // run by the plugin) gives back an arena its thread stopped using, and the arena takes
+    // a block again when the executor sends work there, which depends on scheduling (under
+    // valgrind held went 118,880 -> 159,872 bytes that way). A leak, or arenas piling up
+    // over the thousands of frames, would pass the bound.
+    const BOUND: usize = 8 * 64 * 1024;
     let warm = n / 3;
-    if let Some(grew) = (warm..n).find(|&f| held[f] > held[warm]) {
+    if let Some(over) = (warm..n).find(|&f| held[f] > BOUND) {
         panic!(
-            "the scratch arenas' blocks grew after warm-up: {} bytes at frame {warm}, {} at \
-             frame {grew}; frames {}..: {:?}",
-            held[warm],
-            held[grew],
-            grew.saturating_sub(2),
-            &held[grew.saturating_sub(2)..(grew + 3).min(n)]
+            "the scratch arenas hold {} bytes at frame {over}, over {BOUND}; frames {}..: {:?}",
+            held[over],
+            over.saturating_sub(2),
+            &held[over.saturating_sub(2)..(over + 3).min(n)]
         );
     }
     assert!(held[n - 1] > 0, "the scratch arenas hold blocks");
