@@ -29,6 +29,8 @@ mod config;
 pub(crate) mod cursor;
 mod hot;
 mod policy;
+
+pub(crate) use policy::need as block_need;
 mod position;
 mod reset;
 mod stats;

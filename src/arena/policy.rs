@@ -43,7 +43,7 @@ pub(crate) enum Decision {
 
 /// What a frame of peak `peak` needs the kept block to hold: the peak plus 1/8, rounded
 /// to the block granule. Non-decreasing in `peak`.
-fn need(peak: usize) -> usize {
+pub(crate) fn need(peak: usize) -> usize {
     round_block(peak.saturating_add(peak / 8).max(1))
 }
 

@@ -37,7 +37,7 @@ use std::sync::{Arc, LazyLock, Weak};
 
 use parking_lot::Mutex;
 
-use crate::arena::{ArenaConfig, MemoryArena};
+use crate::arena::{ArenaConfig, MemoryArena, block_need};
 use crate::global::scratch_pool;
 
 /// The length, in calls of [`maintain_global_pools`](crate::maintain_global_pools), of the
@@ -386,7 +386,7 @@ fn trim_if_oversized(slot: &Slot) -> usize {
     // An idle arena gives everything back; a used one keeps its first block (plus a
     // granule for the header and rounding) or twice its need, whichever is more.
     let first = arena.config().first_block.saturating_add(4096);
-    let keep = policy_need(needed).saturating_mul(2).max(first);
+    let keep = block_need(needed).saturating_mul(2).max(first);
     let mut given = 0;
     if held > 0 && (needed == 0 || held > keep) {
         given = held;
@@ -395,12 +395,6 @@ fn trim_if_oversized(slot: &Slot) -> usize {
     }
     slot.state.store(FREE, Release);
     given
-}
-
-/// What a claim that used `peak` bytes needs held: the peak plus an eighth (as the reset
-/// policy counts it).
-fn policy_need(peak: usize) -> usize {
-    peak.saturating_add(peak / 8)
 }
 
 /// Runs `f` with scratch space for the current thread; everything `f` allocates is

@@ -72,7 +72,8 @@ struct ThreadArena {
     /// The frame the arena's contents belong to. Written only by the owning thread.
     frame: AtomicU64,
     /// Figures the owning thread publishes for others: bytes in use (as of its last
-    /// allocation or reset), bytes of blocks held, the most ever in use.
+    /// allocation or reset), bytes of blocks held (as of its last reset, or the last
+    /// allocation that took its use past what it was known to hold), the most ever in use.
     used: AtomicUsize,
     held: AtomicUsize,
     high: AtomicUsize,
@@ -117,8 +118,13 @@ impl ThreadArena {
             unsafe { arena.rewind(mark) };
             p = None;
         }
-        self.used.store(arena.bytes_used(), Relaxed);
-        self.held.store(arena.bytes_held(), Relaxed);
+        let used = arena.bytes_used();
+        self.used.store(used, Relaxed);
+        // `bytes_held` takes the chain's lock: read it only when the arena must have grown
+        // (it uses more than it was last known to hold), not on every allocation.
+        if used > self.held.load(Relaxed) {
+            self.held.store(arena.bytes_held(), Relaxed);
+        }
         p
     }
 
@@ -173,6 +179,7 @@ impl ThreadArena {
         FrameArenaStats {
             blocks_taken: all.blocks_taken,
             blocks_returned: all.blocks_returned,
+            bytes_held: arena.bytes_held(),
             ..self.stats()
         }
     }
