@@ -162,10 +162,11 @@ fn s1(c: &mut Criterion) {
         a.reset();
     };
     let local_frame = |a: &mut SharedArena<'_>| {
-        let local = a.this_thread();
-        for i in 0..OBJECTS {
-            touch(local.alloc(PARTICLE), i);
-        }
+        a.with_this_thread(|local| {
+            for i in 0..OBJECTS {
+                touch(local.alloc(PARTICLE), i);
+            }
+        });
         a.reset();
     };
     let blink_frame = |a: &mut SyncBlinkAlloc| {
@@ -327,13 +328,14 @@ fn s2(_c: &mut Criterion) {
 
     let mut shared = SharedArena::new(&pool);
     let shared_thread = |a: &SharedArena<'_>, start: &Barrier| {
-        let mine = a.this_thread().checkpoint(); // the empty position of this thread's part
+        // The empty position of this thread's part.
+        let mine = a.with_this_thread(|part| part.checkpoint());
         let frame = || {
             for i in 0..OBJECTS {
                 touch(a.alloc(PARTICLE), i);
             }
             // SAFETY: nothing allocated in this frame is used after it.
-            unsafe { a.this_thread().rewind(mine) };
+            a.with_this_thread(|part| unsafe { part.rewind(mine) });
         };
         frame();
         start.wait();

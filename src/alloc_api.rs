@@ -123,7 +123,7 @@ unsafe fn resize(
     Ok(NonNull::slice_from_raw_parts(p, new.size()))
 }
 
-// SAFETY: every call works on the calling thread's part (`SharedArena::this_thread`), a
+// SAFETY: every call works on the calling thread's part (`SharedArena::with_part`), a
 // `MemoryArena` whose impl above is sound; memory handed out stays valid until
 // `SharedArena::reset(&mut self)` or drop, which a collection borrowing `&SharedArena`
 // keeps away. A pointer allocated by another thread is never the top of the calling
@@ -132,13 +132,13 @@ unsafe fn resize(
 unsafe impl Allocator for &SharedArena<'_> {
     #[inline(always)]
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        self.this_thread().allocate(layout)
+        self.with_part(|part| part.allocate(layout))
     }
 
     #[inline]
     unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { self.this_thread().deallocate(ptr, layout) }
+        self.with_part(|part| unsafe { part.deallocate(ptr, layout) })
     }
 
     #[inline(always)]
@@ -160,7 +160,7 @@ unsafe impl Allocator for &SharedArena<'_> {
         new: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { self.this_thread().grow_zeroed(ptr, old, new) }
+        self.with_part(|part| unsafe { part.grow_zeroed(ptr, old, new) })
     }
 
     #[inline(always)]
@@ -189,5 +189,5 @@ unsafe fn resize_shared(
 ) -> Result<NonNull<[u8]>, AllocError> {
     // SAFETY: forwarded from the caller; a pointer of another thread's part is not the
     // top of this one, so it is copied, never extended.
-    unsafe { resize(arena.this_thread(), ptr, old, new) }
+    arena.with_part(|part| unsafe { resize(part, ptr, old, new) })
 }

@@ -85,7 +85,7 @@ impl FrameArena {
         let mut chain = Chain::new();
         let mut reports = Reports::default();
         let taken = chain.take_fixed(pool, &cursor, capacity, &mut reports);
-        reports.emit(pool);
+        reports.emit();
         taken?;
         Ok(FrameArena {
             cursor,
@@ -239,7 +239,10 @@ impl FrameArena {
 /// assert_eq!(Arena::alloc_slice_copy(&arena, &[1u8, 2, 3]), &[1, 2, 3]);
 /// assert!(arena.try_alloc_str(&"x".repeat(100)).is_err()); // full: an error, not a panic
 /// ```
-impl Arena for FrameArena {
+// SAFETY: every allocation is carved out of the one block's window by the cursor, past
+// every earlier one; the bytes come back only through the `unsafe` reset (whose contract
+// excludes live allocations), a `pop` of the top (likewise), or drop (`&mut`).
+unsafe impl Arena for FrameArena {
     #[inline]
     fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
         self.alloc(layout).ok_or_else(|| AllocError::Full {

@@ -81,7 +81,7 @@ fn every_arena_kind_runs_the_same_generic_code() {
     std::thread::scope(|s| {
         s.spawn(|| assert_eq!(fill(&shared), SUM));
     });
-    assert_eq!(fill(shared.this_thread()), SUM);
+    assert_eq!(shared.with_this_thread(fill), SUM);
 
     let frame = FrameArena::try_new_in(static_pool, 64 * 1024).unwrap();
     assert_eq!(fill(&frame), SUM);

@@ -25,7 +25,6 @@ fn compile_fail() {
     t.compile_fail("tests/ui/reset_while_borrowed.rs");
     t.compile_fail("tests/ui/reset_while_collection_alive.rs");
     t.compile_fail("tests/ui/drop_glue_refused.rs");
-    t.compile_fail("tests/ui/shared_local_to_thread.rs");
     t.compile_fail("tests/ui/frame_ref_outlives_swap.rs");
     t.compile_fail("tests/ui/game_guard_escape.rs");
     #[cfg(feature = "bevy")]

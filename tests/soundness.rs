@@ -91,22 +91,26 @@ fn allocate_when_armed(_: &tracing::Event<'_>) {
 #[test]
 fn an_allocation_made_by_a_subscriber_during_a_moving_realloc_survives() {
     let arena = reentry_arena();
-    let mine = arena.this_thread();
-    mine.alloc_val(0u8); // the part's first block (64 KiB)
+    // The part's first block (64 KiB).
+    arena.with_this_thread(|mine| {
+        mine.alloc_val(0u8);
+    });
     let pool = arena.pool();
     let mut hold = Vec::new();
     while let Ok(b) = pool.allocate_block(pool.stats().largest_free.max(1)) {
         hold.push(b);
     }
     let old = Layout::from_size_align(KIB, 8).unwrap();
-    let buf = mine.alloc(old);
+    let buf = arena.with_this_thread(|mine| mine.alloc(old));
     // SAFETY: `buf` is ours, `KIB` bytes.
     unsafe { buf.as_ptr().write_bytes(0x5A, KIB) };
 
     tracing::subscriber::with_default(common::OnEvent(allocate_when_armed), || {
         ARMED.set(true);
         // SAFETY: `buf` is the live top allocation of `old`; only the result is used after.
-        let q = unsafe { mine.realloc(buf, old, 128 * KIB) }.unwrap();
+        let q = arena
+            .with_this_thread(|mine| unsafe { mine.realloc(buf, old, 128 * KIB) })
+            .unwrap();
         assert_ne!(q, buf, "the pool is full: the buffer moved (to the heap)");
         // SAFETY: `q` is live with at least `KIB` bytes, copied over from `buf`.
         let moved = unsafe { std::slice::from_raw_parts(q.as_ptr(), KIB) };

@@ -97,9 +97,33 @@ impl Cursor {
         self.enter(sentinel, sentinel, 0);
     }
 
+    /// Sets a position that comes from outside the cursor (a [`HotCursor`]'s registers
+    /// written back): checked, since a position outside the window would hand out bytes
+    /// that are not the arena's. Two compares, on paths that run once per cursor or per
+    /// block.
+    ///
+    /// [`HotCursor`]: crate::HotCursor
+    ///
+    /// # Panics
+    /// If `p` lies outside `[start, end]`: the caller's copy of the position is stale,
+    /// which is a bug of the crate.
+    #[inline]
+    #[track_caller]
+    pub(crate) fn write_back(&self, p: *mut u8) {
+        let (start, end) = (self.start().addr(), self.end().addr());
+        assert!(
+            start <= p.addr() && p.addr() <= end,
+            "nebula_memory: a stale bump position ({:#x}) was written back to an arena whose \
+             window is {start:#x}..{end:#x}",
+            p.addr()
+        );
+        self.ptr.store(p, Relaxed);
+    }
+
     /// Sets the position inside the window (a pop, a resize of the top, a rewind).
     ///
-    /// `p` lies in `[start, end]` and carries the window's provenance.
+    /// `p` lies in `[start, end]` and carries the window's provenance: every caller derives
+    /// it from the window itself (the debug assertion re-checks that proof).
     #[inline]
     pub(crate) fn set_ptr(&self, p: *mut u8) {
         debug_assert!(

@@ -17,13 +17,19 @@
 //! registers. If it is leaked (`mem::forget`), the arena keeps the position of the last
 //! write-back: the bytes handed out since are handed out again, but every reference to
 //! them borrowed the cursor or the arena, so none can still be alive by then.
+//!
+//! **User code sees it whole.** A growth's events (a budget WARN, a pool exhaustion) reach
+//! a `tracing` subscriber, which may allocate through this very cursor (a leaked one is
+//! `'static`) or panic through its drop. So every slow path reloads the registers from the
+//! arena first and emits the events last; and every write-back checks the position lies
+//! in the arena's window (`Cursor::write_back`), a real assertion, not a debug one.
 
 use std::alloc::Layout;
 use std::cell::Cell;
 use std::ptr::NonNull;
 
-use super::MemoryArena;
 use super::cursor::fit;
+use super::{MemoryArena, Reports};
 use crate::error::AllocError;
 use crate::interface::{Arena, alloc_failed};
 use crate::poison;
@@ -127,48 +133,56 @@ impl<'a, 'pool> HotCursor<'a, 'pool> {
     }
 }
 
+/// What a refill hands back: the allocation, the arena's position and window end after it,
+/// and the events of the growth, which the cursor emits only once its registers hold that
+/// position (a subscriber may use this very cursor, or panic through its drop).
+struct Refill {
+    result: Result<NonNull<u8>, AllocError>,
+    window: (*mut u8, *mut u8),
+    reports: Reports,
+}
+
 /// The slow path of a hot cursor: writes `ptr` back to the arena, allocates there (taking
 /// a block if needed) and returns the result with the arena's new position and window
 /// end. Takes the arena and the position by value, so the caller's cursor never escapes.
+/// Runs no user code.
 #[cold]
 #[inline(never)]
-fn refill(
-    arena: &MemoryArena<'_>,
-    ptr: *mut u8,
-    layout: Layout,
-) -> (Result<NonNull<u8>, AllocError>, (*mut u8, *mut u8)) {
-    arena.cursor.set_ptr(ptr);
-    let r = arena.try_alloc(layout);
-    (r, (arena.cursor.ptr(), arena.cursor.end()))
-}
-
-/// `refill` for the panicking `alloc`, so that the hot loop carries no error value.
-#[cold]
-#[inline(never)]
-#[track_caller]
-fn refill_or_panic(
-    arena: &MemoryArena<'_>,
-    ptr: *mut u8,
-    layout: Layout,
-) -> (NonNull<u8>, (*mut u8, *mut u8)) {
-    arena.cursor.set_ptr(ptr);
-    match arena.try_alloc(layout) {
-        Ok(p) => (p, (arena.cursor.ptr(), arena.cursor.end())),
-        Err(e) => alloc_failed(&e),
+fn refill(arena: &MemoryArena<'_>, ptr: *mut u8, layout: Layout) -> Refill {
+    arena.cursor.write_back(ptr);
+    let mut reports = Reports::default();
+    let result = arena.try_alloc_deferred(layout, &mut reports);
+    Refill {
+        result,
+        window: (arena.cursor.ptr(), arena.cursor.end()),
+        reports,
     }
 }
 
 /// Every typed helper, on the cursor's registers. `pop` and `realloc` act on the top of
 /// the current block, as on the arena.
-impl Arena for HotCursor<'_, '_> {
+///
+/// Each slow path reloads the registers from the arena **before** it emits the growth's
+/// events or panics: user code (a subscriber, a panic hook, a drop during unwinding) then
+/// finds the cursor and the arena in agreement.
+// SAFETY: every pointer comes from `bump` on the window the registers hold (a window of
+// the arena's current block, reloaded after every call into the arena) or from the
+// arena's own `try_alloc` / `realloc`, whose contract is the trait's; the arena is
+// mutably borrowed for the cursor's life, so nothing else hands out its bytes meanwhile.
+unsafe impl Arena for HotCursor<'_, '_> {
     #[inline(always)]
     fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
         if let Some(p) = self.bump(layout) {
             return Ok(p);
         }
-        let (r, window) = refill(self.arena, self.ptr.get(), layout);
+        let Refill {
+            result,
+            window,
+            reports,
+        } = refill(self.arena, self.ptr.get(), layout);
         self.reload(window);
-        r
+        reports.emit();
+        result
     }
 
     #[inline(always)]
@@ -177,14 +191,22 @@ impl Arena for HotCursor<'_, '_> {
         if let Some(p) = self.bump(layout) {
             return p;
         }
-        let (p, window) = refill_or_panic(self.arena, self.ptr.get(), layout);
+        let Refill {
+            result,
+            window,
+            reports,
+        } = refill(self.arena, self.ptr.get(), layout);
         self.reload(window);
-        p
+        reports.emit();
+        match result {
+            Ok(p) => p,
+            Err(e) => alloc_failed(&e),
+        }
     }
 
     #[inline]
     unsafe fn pop(&self, ptr: NonNull<u8>, layout: Layout) -> bool {
-        self.arena.cursor.set_ptr(self.ptr.get());
+        self.arena.cursor.write_back(self.ptr.get());
         // SAFETY: forwarded from the caller.
         let popped = unsafe { self.arena.pop(ptr, layout) };
         self.ptr.set(self.arena.cursor.ptr());
@@ -198,11 +220,16 @@ impl Arena for HotCursor<'_, '_> {
         old: Layout,
         new_size: usize,
     ) -> Result<NonNull<u8>, AllocError> {
-        self.arena.cursor.set_ptr(self.ptr.get());
+        self.arena.cursor.write_back(self.ptr.get());
+        let mut reports = Reports::default();
         // SAFETY: forwarded from the caller: `ptr` was allocated through this cursor (so
         // by the arena) and is live.
-        let r = unsafe { self.arena.realloc(ptr, old, new_size) };
+        let r = unsafe {
+            self.arena
+                .realloc_deferred(ptr, old, new_size, &mut reports)
+        };
         self.reload((self.arena.cursor.ptr(), self.arena.cursor.end()));
+        reports.emit();
         r
     }
 
@@ -215,7 +242,7 @@ impl Arena for HotCursor<'_, '_> {
 impl Drop for HotCursor<'_, '_> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.arena.cursor.set_ptr(self.ptr.get());
+        self.arena.cursor.write_back(self.ptr.get());
     }
 }
 

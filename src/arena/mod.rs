@@ -50,7 +50,8 @@ use crate::interface::{Arena, alloc_failed};
 use crate::poison;
 use crate::pool::MemoryPool;
 
-use chain::{Chain, Reports};
+use chain::Chain;
+pub(crate) use chain::Reports;
 use cursor::Cursor;
 use policy::Quiet;
 
@@ -275,10 +276,45 @@ impl<'pool> MemoryArena<'pool> {
         }
     }
 
-    /// The slow path: the current block is full. Moves to a spare block or takes a new one.
+    /// The slow path: the current block is full. Moves to a spare block or takes a new one,
+    /// then reports what happened (the operation is complete by then).
     #[cold]
     #[inline(never)]
     fn alloc_slow(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
+        let mut reports = Reports::default();
+        let p = self.alloc_slow_deferred(layout, &mut reports);
+        reports.emit();
+        p
+    }
+
+    /// [`try_alloc`](MemoryArena::try_alloc) inside a larger operation of the crate: what
+    /// the growth has to report is left in `reports`, for the caller to emit once its own
+    /// operation is complete (see [`Reports`]).
+    #[inline(always)]
+    pub(crate) fn try_alloc_deferred(
+        &self,
+        layout: Layout,
+        reports: &mut Reports,
+    ) -> Result<NonNull<u8>, AllocError> {
+        match self.cursor.bump(layout) {
+            Some(p) => {
+                // SAFETY: the bytes were just carved out for the caller.
+                unsafe { poison::hand_out(p.as_ptr(), layout.size()) };
+                Ok(p)
+            }
+            None => self.alloc_slow_deferred(layout, reports),
+        }
+    }
+
+    /// The growth itself: enters a spare or a new block and carves the request out of it.
+    /// Runs no user code; what to report goes to `reports`.
+    #[cold]
+    #[inline(never)]
+    fn alloc_slow_deferred(
+        &self,
+        layout: Layout,
+        reports: &mut Reports,
+    ) -> Result<NonNull<u8>, AllocError> {
         if layout.size() == 0 {
             // Any aligned, non-null address serves a zero-sized request.
             return Ok(NonNull::new(ptr::without_provenance_mut(layout.align()))
@@ -287,9 +323,8 @@ impl<'pool> MemoryArena<'pool> {
         let needed =
             cursor::window_need(layout).ok_or_else(|| AllocError::layout(self.pool.name()))?;
         self.leave_steady_state();
-        let mut reports = Reports::default();
         let mut chain = self.chain.lock();
-        let grown = chain.grow(self.pool, &self.cursor, needed, &self.config, &mut reports);
+        let grown = chain.grow(self.pool, &self.cursor, needed, &self.config, reports);
         let p = grown.map(|()| {
             let p = self
                 .cursor
@@ -301,17 +336,19 @@ impl<'pool> MemoryArena<'pool> {
         });
         // The ledger learns an arena's use at block granularity: here and at reset.
         chain.publish_used(self.cursor.position());
-        drop(chain);
-        // Only now, with the chain unlocked and the request carved out, may user code run
-        // (a `tracing` subscriber that allocates from this arena lands after `p`).
-        reports.emit(self.pool);
         p
     }
 }
 
 /// The arena interface: typed helpers (`alloc_val`, `alloc_slice_copy`, `alloc_str`, …)
 /// come with it. `pop` and `realloc` act on the top of the current block.
-impl Arena for MemoryArena<'_> {
+// SAFETY: `try_alloc` carves each request out of the cursor's window (a block the arena
+// owns) at an aligned address past every earlier allocation of the window, or out of a
+// fresh block; bytes come back only through `&mut self` (reset, scopes, drop) or the
+// `unsafe` rewind, pop and realloc, whose contracts exclude live allocations. `pop`
+// returns `true` only for the top, and `realloc` copies `min(old, new)` bytes (or keeps
+// them in place).
+unsafe impl Arena for MemoryArena<'_> {
     #[inline(always)]
     fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
         MemoryArena::try_alloc(self, layout)

@@ -33,6 +33,28 @@ impl<'pool> MemoryArena<'pool> {
     /// ```
     #[inline]
     pub fn reset(&mut self) {
+        if !self.reset_steady() {
+            self.reset_slow();
+            // A replacement block may have crossed a tag's warn budget: told now that the
+            // reset is complete.
+            crate::ledger::emit_pending_warnings();
+        }
+    }
+
+    /// [`reset`](MemoryArena::reset) inside a larger operation of the crate, or a drop:
+    /// runs no user code (a budget crossing stays pending, for the next operation that
+    /// reports to tell).
+    #[inline]
+    pub(crate) fn reset_quietly(&mut self) {
+        if !self.reset_steady() {
+            self.reset_slow();
+        }
+    }
+
+    /// The steady reset, if the arena is in the steady state; `false` (and nothing done)
+    /// otherwise.
+    #[inline(always)]
+    fn reset_steady(&mut self) -> bool {
         // The steady state: the arena holds one pool block that the reset policy keeps as it
         // is for this frame's peak (it lies in the steady band), so nothing is decided and
         // only the arena's first cache lines are touched: no lock, no block header, no
@@ -53,13 +75,13 @@ impl<'pool> MemoryArena<'pool> {
             self.generation += 1;
             // The ledger's `used`: the frame's peak, a plain store (none if untagged).
             self.chain.get_mut().publish_used(peak);
-            return;
+            return true;
         }
-        self.reset_slow();
+        false
     }
 
     /// `reset` outside the steady band: decide with the reset policy, carry the decision
-    /// out, then work out the new steady band.
+    /// out, then work out the new steady band. Runs no user code.
     #[cold]
     #[inline(never)]
     fn reset_slow(&mut self) {
@@ -90,8 +112,6 @@ impl<'pool> MemoryArena<'pool> {
             self.quiet = Quiet::default();
         }
         self.enter_steady_state();
-        // A replacement block may have crossed a tag's warn budget; nothing is locked now.
-        crate::ledger::emit_pending_warnings();
     }
 
     /// Works out the steady band after a full reset (see `steady_lo`).

@@ -4,7 +4,7 @@
 use std::alloc::Layout;
 use std::ptr::{self, NonNull};
 
-use super::{COLOUR, COLOUR_MIN, MemoryArena};
+use super::{COLOUR, COLOUR_MIN, MemoryArena, Reports};
 use crate::error::AllocError;
 use crate::poison;
 
@@ -79,6 +79,26 @@ impl<'pool> MemoryArena<'pool> {
         old: Layout,
         new_size: usize,
     ) -> Result<NonNull<u8>, AllocError> {
+        let mut reports = Reports::default();
+        // SAFETY: forwarded from the caller.
+        let q = unsafe { self.realloc_deferred(ptr, old, new_size, &mut reports) };
+        reports.emit();
+        q
+    }
+
+    /// [`realloc`](MemoryArena::realloc) inside a larger operation of the crate: what a
+    /// growth has to report is left in `reports`, for the caller to emit once its own
+    /// operation is complete.
+    ///
+    /// # Safety
+    /// As `realloc`.
+    pub(crate) unsafe fn realloc_deferred(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new_size: usize,
+        reports: &mut Reports,
+    ) -> Result<NonNull<u8>, AllocError> {
         let new = Layout::from_size_align(new_size, old.align())
             .map_err(|_| AllocError::layout(self.pool.name()))?;
         let p = ptr.as_ptr();
@@ -111,7 +131,8 @@ impl<'pool> MemoryArena<'pool> {
             self.colour(new_size);
         }
         let old_start = self.cursor.start();
-        let q = self.try_alloc(new)?;
+        // What the growth reports waits until the old bytes are copied and forgotten.
+        let q = self.try_alloc_deferred(new, reports)?;
         // SAFETY: `q` is a fresh allocation of `new_size` bytes, disjoint from the live
         // `ptr`; we copy the bytes both hold. Then the old allocation is dead.
         unsafe { ptr::copy_nonoverlapping(p, q.as_ptr(), old.size().min(new_size)) };
@@ -121,7 +142,8 @@ impl<'pool> MemoryArena<'pool> {
             // skipped: a top that does not fit in place leaves less than `new_size` in the
             // block, short of what `colour` needs). Lower that fill so the old bytes stop
             // counting as used. `forget_tail` checks that the allocation still ends the
-            // fill, rather than trusting it: what ran in between is not ours to assume.
+            // fill rather than trusting it (no user code ran in between: the growth's
+            // events wait for the caller, but the check costs nothing on this path).
             self.note_peak();
             // SAFETY: `[p, p + old.size())` was this arena's top allocation, and the caller
             // gives it up now that its bytes are copied.

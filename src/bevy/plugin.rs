@@ -9,7 +9,7 @@ use super::ledger::{MemoryLedger, end_ledger_frame};
 use super::resources::{
     EngineMemory, FrameMemory, GameMemory, ResetGameArena, reset_game_arena_on_request,
 };
-use super::scratch::{ScratchArenas, TaggedOwners};
+use super::scratch::{ScratchArenas, TaggedFrameEnds};
 use super::stats::{
     FrameFigures, FrameMemoryStats, MemoryBudgets, publish_memory_diagnostics, register_diagnostics,
 };
@@ -222,11 +222,7 @@ pub fn reset_frame_arenas_system(world: &mut World) {
         .get_resource_mut::<ScratchArenas>()
         .map(|mut arenas| arenas.end_frame())
         .unwrap_or_default();
-    if let Some(mut owners) = world.get_resource_mut::<TaggedOwners>() {
-        // SAFETY: we hold the world exclusively, and every `TaggedScratch` item borrows
-        // its owner's resource in it: none is alive.
-        unsafe { owners.end_frame() };
-    }
+    TaggedFrameEnds::end_frames(world);
     let frame_bytes = world
         .get_resource_mut::<FrameMemory>()
         .map_or(0, |mut frames| frames.end_frame());

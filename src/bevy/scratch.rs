@@ -22,6 +22,7 @@
 //!   arena is a maintaining one, and only a free arena (see the scratch stack's docs).
 
 use std::alloc::Layout;
+use std::any::TypeId;
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::NonNull;
@@ -38,7 +39,7 @@ use bevy_ecs::world::unsafe_world_cell::UnsafeWorldCell;
 
 use crate::arena::{ArenaConfig, MemoryArena};
 use crate::global::scratch_pool;
-use crate::per_thread::{ScratchOwner, Slot, claim, release};
+use crate::per_thread::{ScratchOwner, Slot, claim_held, release, slot_ptr};
 
 /// The per-thread scratch arenas behind [`Scratch`]; inserted by `MemoryPlugin`.
 ///
@@ -173,7 +174,8 @@ pub trait ScratchTag: Send + Sync + 'static {
 
 /// The scratch arenas behind [`TaggedScratch<T>`]: an owner of the per-thread scratch
 /// stacks of its own, whose blocks are charged to `T::TAG`. The parameter inserts it the
-/// first time a system uses it, with the [`ScratchArenas`] config if there is one.
+/// first time a system uses it, with the [`ScratchArenas`] config if there is one; an app
+/// may insert one of its own config first.
 #[derive(Resource)]
 pub struct TaggedScratchArenas<T: ScratchTag> {
     owner: Arc<ScratchOwner>,
@@ -195,21 +197,70 @@ impl<T: ScratchTag> TaggedScratchArenas<T> {
     }
 }
 
-/// Every tagged owner of a world, so that the frame end reaches them all.
-#[derive(Resource, Default)]
-pub(crate) struct TaggedOwners(Vec<Arc<ScratchOwner>>);
-
-impl TaggedOwners {
-    /// Ends the frame of every tagged owner of the world (see [`ScratchArenas::end_frame`]).
+impl<T: ScratchTag> TaggedScratchArenas<T> {
+    /// Ends the frame for these arenas on every thread (see [`ScratchArenas::end_frame`]):
+    /// an arena whose item was `mem::forget`-ed is reclaimed by its thread's next claim.
+    /// `&mut self` proves no [`TaggedScratch<T>`] item of these arenas is alive.
+    /// [`reset_frame_arenas_system`](super::reset_frame_arenas_system) calls it for every
+    /// `T` a system of the world uses, whoever inserted the resource. O(arenas).
     ///
-    /// # Safety
-    /// The caller holds the world exclusively (`&mut World`, which every item borrows
-    /// through its owner's resource), so no item of these owners is alive.
-    pub(crate) unsafe fn end_frame(&mut self) {
-        for owner in &self.0 {
-            // SAFETY: forwarded from the caller.
-            unsafe { owner.end_frame() };
+    /// ```
+    /// struct Ai;
+    /// impl nebula_memory::bevy::ScratchTag for Ai {
+    ///     const TAG: &'static str = "doc/ai";
+    /// }
+    /// let mut arenas = nebula_memory::bevy::TaggedScratchArenas::<Ai>::with_config(
+    ///     nebula_memory::ArenaConfig::default(),
+    /// );
+    /// assert_eq!(arenas.end_frame().arenas, 0);
+    /// ```
+    pub fn end_frame(&mut self) -> ScratchFrame {
+        // SAFETY: `&mut self`: every item borrows the resource (through its world), so
+        // none is alive.
+        unsafe { self.owner.end_frame() };
+        let f = self.owner.figures();
+        ScratchFrame {
+            peak_bytes: f.peak_bytes,
+            arenas: f.arenas,
+            bytes_held: f.bytes_held,
         }
+    }
+}
+
+/// The frame ends of a world's [`TaggedScratchArenas`]: one function per tag type a
+/// system of the world uses, registered by the parameter's `init_state`. Each reaches its
+/// resource through the world it is given, so exclusive access to that world is the proof
+/// that no item of it is alive; a resource moved to another world is that world's to end.
+#[derive(Resource, Default)]
+pub(crate) struct TaggedFrameEnds(Vec<(TypeId, FrameEnd)>);
+
+/// Ends the frame of one tag type's arenas in the world it is given.
+type FrameEnd = fn(&mut World);
+
+impl TaggedFrameEnds {
+    /// Registers the frame end of `TaggedScratchArenas<T>` (once per `T`).
+    fn register<T: ScratchTag>(&mut self) {
+        let id = TypeId::of::<T>();
+        if !self.0.iter().any(|(t, _)| *t == id) {
+            self.0.push((id, end_tagged_frame::<T>));
+        }
+    }
+
+    /// Ends the frame of every registered tag's arenas in `world` (those present).
+    pub(crate) fn end_frames(world: &mut World) {
+        let ends: Vec<FrameEnd> = match world.get_resource::<TaggedFrameEnds>() {
+            Some(ends) => ends.0.iter().map(|&(_, f)| f).collect(),
+            None => return,
+        };
+        for end in ends {
+            end(world);
+        }
+    }
+}
+
+fn end_tagged_frame<T: ScratchTag>(world: &mut World) {
+    if let Some(mut arenas) = world.get_resource_mut::<TaggedScratchArenas<T>>() {
+        arenas.end_frame();
     }
 }
 
@@ -246,16 +297,18 @@ pub struct TaggedScratch<'w, T: ScratchTag> {
 }
 
 /// A claimed arena of a thread's scratch stack, held busy until the drop resets and frees
-/// it. `*const ()` makes it, and every item holding one, neither `Send` nor `Sync`.
+/// it, and held alive by a reference count of its own (an item kept in a thread-local, or
+/// got from a leaked world, may outlive its thread's stack). `*const ()` makes it, and
+/// every item holding one, neither `Send` nor `Sync`.
 struct Claim {
-    slot: NonNull<Slot>,
+    slot: Arc<Slot>,
     _not_send: PhantomData<*const ()>,
 }
 
 impl Claim {
     /// Claims an arena of `owner` on this thread for system parameter `P`.
     fn new<P>(owner: &Arc<ScratchOwner>) -> Result<Claim, SystemParamValidationError> {
-        let slot = claim(owner, true).ok_or_else(|| {
+        let slot = claim_held(owner, true).ok_or_else(|| {
             SystemParamValidationError::invalid::<P>(
                 "this thread's storage is being torn down: no scratch arena for it",
             )
@@ -268,17 +321,18 @@ impl Claim {
 
     #[inline(always)]
     fn arena(&self) -> &MemoryArena<'static> {
-        // SAFETY: the claim holds the slot busy, so nothing else uses the arena, and the
-        // slot lives as long as its thread's stack, which outlives the claim (not `Send`).
-        unsafe { self.slot.as_ref().shared_arena() }
+        // SAFETY: the claim holds the slot busy, so nothing else uses the arena, and alive
+        // (its `Arc`).
+        unsafe { self.slot.shared_arena() }
     }
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        // SAFETY: claimed on this thread (the claim is not `Send`) and held busy until now.
-        // Everything allocated through the item borrows it, so none of it is alive.
-        unsafe { release(self.slot) }
+        // SAFETY: claimed on this thread (the claim is not `Send`), held busy and alive
+        // until now. Everything allocated through the item borrows it, so none of it is
+        // alive.
+        unsafe { release(slot_ptr(&self.slot)) }
     }
 }
 
@@ -418,11 +472,12 @@ unsafe impl<T: ScratchTag> SystemParam for TaggedScratch<'_, T> {
             let config = world
                 .get_resource::<ScratchArenas>()
                 .map_or_else(ArenaConfig::default, |a| a.owner.config());
-            let arenas = TaggedScratchArenas::<T>::with_config(config);
-            let owner = Arc::clone(&arenas.owner);
-            world.get_resource_or_init::<TaggedOwners>().0.push(owner);
-            world.insert_resource(arenas);
+            world.insert_resource(TaggedScratchArenas::<T>::with_config(config));
         }
+        // Whoever inserted the resource, the frame end reaches it.
+        world
+            .get_resource_or_init::<TaggedFrameEnds>()
+            .register::<T>();
         Res::<TaggedScratchArenas<T>>::init_state(world)
     }
 

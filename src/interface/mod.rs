@@ -57,6 +57,41 @@ pub(crate) fn alloc_failed(e: &AllocError) -> ! {
 /// end of a scope); which operation that is, and what proves nobody still uses the
 /// memory, is the arena kind's business, documented on it.
 ///
+/// # Safety
+///
+/// The provided helpers write through what [`try_alloc`](Arena::try_alloc) returns and
+/// hand it out as `&'a mut T` for the borrow `&'a self`, so an implementation promises,
+/// for every `Ok(p)` of `try_alloc(layout)` (and of `alloc`, and of `realloc` for its new
+/// layout):
+/// - `p` is aligned to `layout.align()` and valid for reads and writes of
+///   `layout.size()` bytes;
+/// - those bytes are disjoint from every other allocation of the arena that is still
+///   live, and nothing else reads or writes them until the arena frees them;
+/// - they stay valid at least as long as the `&self` borrow the call was made through
+///   (freeing earlier takes `&mut self`, or an `unsafe` method whose contract makes the
+///   caller promise nothing freed is used);
+/// - `pop` returns `true` only when it gave back exactly the allocation named (the newest),
+///   and `realloc`'s result holds the first `min(old, new)` bytes of the old allocation.
+///
+/// Implementing the one required method is all it takes, which is why the trait is
+/// `unsafe`: a safe `impl Arena` returning any pointer would let the helpers write there.
+///
+/// ```compile_fail
+/// // Without `unsafe`, an implementation does not compile: the helpers trust it.
+/// struct Liar;
+/// impl nebula_memory::Arena for Liar {
+///     fn try_alloc(
+///         &self,
+///         _: std::alloc::Layout,
+///     ) -> Result<std::ptr::NonNull<u8>, nebula_memory::AllocError> {
+///         Ok(std::ptr::NonNull::dangling())
+///     }
+///     fn pool_name(&self) -> &'static str {
+///         "liar"
+///     }
+/// }
+/// ```
+///
 /// ```
 /// use nebula_memory::{Arena, MemoryArena, SharedArena, with_scratch};
 ///
@@ -74,7 +109,7 @@ pub(crate) fn alloc_failed(e: &AllocError) -> ! {
 // Handing out `&mut` from `&self` is the point of an arena: each allocation is fresh
 // memory no other reference can reach.
 #[allow(clippy::mut_from_ref)]
-pub trait Arena {
+pub unsafe trait Arena {
     /// Allocates memory for `layout`: uninitialised (0xCD in debug builds), aligned, valid
     /// until the arena frees it.
     ///

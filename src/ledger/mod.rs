@@ -48,7 +48,9 @@ mod tracy_sink;
 
 pub(crate) use events::send;
 pub use events::{LedgerEvent, record_events, take_recorded_events};
-pub(crate) use node::{TagNode, UsedSlot, check_tag, emit_pending_warnings, node};
+pub(crate) use node::{
+    TagNode, UsedSlot, check_tag, emit_pending_warnings, node, warnings_pending,
+};
 pub use snapshot::{LedgerSnapshot, TagFigures};
 #[cfg(feature = "tracy")]
 pub use tracy_sink::enable_tracy;

@@ -39,6 +39,10 @@ pub(crate) struct TagNode {
     peak_held: AtomicUsize,
     /// Bytes of heap-fallback blocks charged now.
     heap_held: AtomicUsize,
+    /// `held + heap_held`, kept in one atomic so that a hard budget is checked with one
+    /// read-modify-write: two charges (of either kind, on any threads) cannot both see room
+    /// for one.
+    total: AtomicUsize,
     blocks_taken: AtomicU64,
     blocks_returned: AtomicU64,
     heap_fallbacks: AtomicU64,
@@ -89,6 +93,7 @@ fn intern(registry: &mut Vec<&'static TagNode>, path: &'static str) -> &'static 
         held: AtomicUsize::new(0),
         peak_held: AtomicUsize::new(0),
         heap_held: AtomicUsize::new(0),
+        total: AtomicUsize::new(0),
         blocks_taken: AtomicU64::new(0),
         blocks_returned: AtomicU64::new(0),
         heap_fallbacks: AtomicU64::new(0),
@@ -162,23 +167,26 @@ impl TagNode {
     /// the block is there, or [`TagNode::uncharge`] if it never comes.
     pub(crate) fn charge(&'static self, bytes: usize, heap: bool) -> Result<(), AllocError> {
         for (i, n) in self.lineage().enumerate() {
-            let counter = if heap { &n.heap_held } else { &n.held };
-            let was = counter.fetch_add(bytes, Relaxed);
-            let other = if heap { &n.held } else { &n.heap_held }.load(Relaxed);
-            let now = was.saturating_add(bytes).saturating_add(other);
+            // The decision is this one read-modify-write of `total`: whatever other
+            // charges (pool or heap, any thread) come in the same instant, the one that
+            // takes `total` past the limit sees it and is refused.
+            let was = n.total.fetch_add(bytes, Relaxed);
+            let now = was.saturating_add(bytes);
             let limit = n.limit.load(Relaxed);
             if now > limit {
-                counter.fetch_sub(bytes, Relaxed);
+                n.total.fetch_sub(bytes, Relaxed);
                 for m in self.lineage().take(i) {
+                    m.total.fetch_sub(bytes, Relaxed);
                     if heap { &m.heap_held } else { &m.held }.fetch_sub(bytes, Relaxed);
                 }
                 return Err(AllocError::OverBudget {
                     tag: n.path,
                     budget: limit,
                     requested: bytes,
-                    held: now - bytes,
+                    held: was,
                 });
             }
+            if heap { &n.heap_held } else { &n.held }.fetch_add(bytes, Relaxed);
         }
         Ok(())
     }
@@ -187,6 +195,7 @@ impl TagNode {
     pub(crate) fn uncharge(&'static self, bytes: usize, heap: bool) {
         for n in self.lineage() {
             if heap { &n.heap_held } else { &n.held }.fetch_sub(bytes, Relaxed);
+            n.total.fetch_sub(bytes, Relaxed);
         }
     }
 
@@ -197,8 +206,10 @@ impl TagNode {
             let counter = if heap { &n.heap_held } else { &n.held };
             if actual >= charged {
                 counter.fetch_add(actual - charged, Relaxed);
+                n.total.fetch_add(actual - charged, Relaxed);
             } else {
                 counter.fetch_sub(charged - actual, Relaxed);
+                n.total.fetch_sub(charged - actual, Relaxed);
             }
             if heap {
                 n.heap_fallbacks.fetch_add(1, Relaxed);
@@ -206,10 +217,7 @@ impl TagNode {
                 n.blocks_taken.fetch_add(1, Relaxed);
                 n.peak_held.fetch_max(n.held.load(Relaxed), Relaxed);
             }
-            let total = n
-                .held
-                .load(Relaxed)
-                .saturating_add(n.heap_held.load(Relaxed));
+            let total = n.total.load(Relaxed);
             if total > n.warn.load(Relaxed) && !n.over_warn.swap(true, Relaxed) {
                 n.warn_pending.store(true, Relaxed);
                 ANY_WARN_PENDING.store(true, Relaxed);
@@ -222,13 +230,10 @@ impl TagNode {
         for n in self.lineage() {
             let counter = if heap { &n.heap_held } else { &n.held };
             counter.fetch_sub(bytes, Relaxed);
+            let total = n.total.fetch_sub(bytes, Relaxed) - bytes;
             if !heap {
                 n.blocks_returned.fetch_add(1, Relaxed);
             }
-            let total = n
-                .held
-                .load(Relaxed)
-                .saturating_add(n.heap_held.load(Relaxed));
             if total <= n.warn.load(Relaxed) {
                 n.over_warn.store(false, Relaxed);
             }
@@ -270,8 +275,15 @@ pub(crate) fn is_below(path: &str, parent: &str) -> bool {
     path.len() > parent.len() && path.starts_with(parent) && path[parent.len()..].starts_with('/')
 }
 
+/// Whether a crossing of some warn budget waits to be reported. O(1).
+#[inline]
+pub(crate) fn warnings_pending() -> bool {
+    ANY_WARN_PENDING.load(Relaxed)
+}
+
 /// Emits one `tracing` WARN for each tag whose warn budget was crossed since the last call.
-/// Runs user code (subscribers): call it with no arena lock held. O(1) when nothing is
+/// Runs user code (subscribers): call it only where no operation of the crate is half
+/// done, with no lock of the crate held. O(1) when nothing is
 /// pending, O(tags) otherwise.
 pub(crate) fn emit_pending_warnings() {
     if !ANY_WARN_PENDING.swap(false, Relaxed) {
@@ -279,10 +291,7 @@ pub(crate) fn emit_pending_warnings() {
     }
     for n in all_nodes() {
         if n.warn_pending.swap(false, Relaxed) {
-            let held = n
-                .held
-                .load(Relaxed)
-                .saturating_add(n.heap_held.load(Relaxed));
+            let held = n.total.load(Relaxed);
             let budget = n.warn.load(Relaxed);
             let tag = n.path;
             tracing::warn!(
@@ -291,6 +300,35 @@ pub(crate) fn emit_pending_warnings() {
                 budget,
                 "memory tag '{tag}' holds {held} bytes, over its warn budget of {budget} bytes"
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pool charge and a heap-fallback charge of one tag, on two threads, against a hard
+    /// budget that fits one of them: at most one may pass. The check once added to one
+    /// counter and read the other (both `Relaxed`), so under a weak memory model (Miri's
+    /// emulation finds it) each thread could miss the other's charge and both passed.
+    #[test]
+    fn a_limit_is_one_decision_for_pool_and_heap_charges() {
+        let rounds = if cfg!(miri) { 40 } else { 2000 };
+        for round in 0..rounds {
+            let tag: &'static str = Box::leak(format!("m2/limit{round}").into_boxed_str());
+            let n = node(tag);
+            n.set_limit(100);
+            let (pool, heap) = std::thread::scope(|s| {
+                let pool = s.spawn(|| n.charge(60, false).is_ok());
+                let heap = s.spawn(|| n.charge(60, true).is_ok());
+                (pool.join().unwrap(), heap.join().unwrap())
+            });
+            assert!(
+                !(pool && heap),
+                "round {round}: both charges passed a limit of 100 that fits one of 60"
+            );
+            assert!(pool || heap, "round {round}: one of them fits");
         }
     }
 }

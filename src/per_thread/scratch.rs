@@ -127,7 +127,9 @@ impl Slot {
         // SAFETY: forwarded from the caller.
         let arena = unsafe { self.arena() };
         self.note_peak(arena.peak_since_reset());
-        arena.reset();
+        // Quietly: freeing runs in drops, also while unwinding, where user code must not
+        // run (a budget crossing stays pending for the next operation that reports).
+        arena.reset_quietly();
         self.held.store(arena.bytes_held(), Relaxed);
         self.state.store(FREE, Release);
     }
@@ -279,12 +281,36 @@ pub(crate) fn claim(owner: &Arc<ScratchOwner>, frame_claim: bool) -> Option<NonN
                         .compare_exchange(FREE, BUSY, Acquire, Relaxed)
                         .is_ok()
                 {
-                    return NonNull::from(slot);
+                    // The recorded pointer itself (from `slot_ptr`), not one made from the
+                    // reference: `claim_held` needs the `Arc`'s provenance.
+                    return NonNull::new(last.cast_mut()).expect("a recorded slot");
                 }
             }
             claim_in(stack, owner, frame_claim)
         })
         .ok()
+}
+
+/// [`claim`] for a holder that may outlive the thread's stack (a [`ScratchBatch`] or a Bevy
+/// item kept in a thread-local destroyed after the stack's, or in a leaked world): the
+/// slot comes with a reference count of its own, so it stays alive however the thread's
+/// teardown is ordered. Give it back with [`release`].
+pub(crate) fn claim_held(owner: &Arc<ScratchOwner>, frame_claim: bool) -> Option<Arc<Slot>> {
+    let slot = claim(owner, frame_claim)?;
+    // SAFETY: `claim` returned a slot of this thread's stack, which holds an `Arc` of it
+    // (the pointer is `Arc::as_ptr`'s, as `Arc::into_raw` would give it) and is alive:
+    // its thread is running this call. Adding a count and taking it as an `Arc` is then
+    // what `Arc::clone` does.
+    Some(unsafe {
+        Arc::increment_strong_count(slot.as_ptr());
+        Arc::from_raw(slot.as_ptr())
+    })
+}
+
+/// The pointer to a slot that claims hand out: `Arc::as_ptr`'s, whose provenance covers the
+/// `Arc`'s counts too (so `claim_held` may take a count through it).
+pub(crate) fn slot_ptr(slot: &Arc<Slot>) -> NonNull<Slot> {
+    NonNull::new(Arc::as_ptr(slot).cast_mut()).expect("an Arc's pointer is not null")
 }
 
 fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>, frame_claim: bool) -> NonNull<Slot> {
@@ -297,7 +323,7 @@ fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>, frame_claim: bool) -> NonN
             .is_ok()
         {
             slot.claimed_in.set(frame);
-            return NonNull::from(&**slot);
+            return slot_ptr(slot);
         }
         // Only this thread moves its busy arenas, so reading the state then deciding is
         // race-free for `BUSY`: a maintaining thread touches only `FREE` ones.
@@ -305,9 +331,9 @@ fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>, frame_claim: bool) -> NonN
             // SAFETY: claimed by an item of an earlier frame of this owner; that frame
             // ended, so the item is gone (forgotten), and everything it handed out
             // borrowed it. The slot stays busy: it is ours now.
-            unsafe { slot.arena().reset() };
+            unsafe { slot.arena().reset_quietly() };
             slot.claimed_in.set(frame);
-            return NonNull::from(&**slot);
+            return slot_ptr(slot);
         }
     }
     let slot = Arc::new(Slot {
@@ -325,7 +351,7 @@ fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>, frame_claim: bool) -> NonN
         list.retain(|s| s.strong_count() > 0);
         list.push(Arc::downgrade(&slot));
     }
-    let claimed = NonNull::from(&*slot);
+    let claimed = slot_ptr(&slot);
     slots.push(slot);
     claimed
 }
@@ -333,12 +359,18 @@ fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>, frame_claim: bool) -> NonN
 /// Frees a claimed arena: resets it and makes it claimable again.
 ///
 /// # Safety
-/// `slot` came from [`claim`] on this thread and is not freed yet; nothing allocated from
+/// `slot` came from [`claim`] (or [`claim_held`]) on this thread and is not freed yet, and
+/// is alive (its thread's stack, or the caller's `Arc`, holds it); nothing allocated from
 /// its arena since the claim is used any more.
 pub(crate) unsafe fn release(slot: NonNull<Slot>) {
-    // SAFETY: the slot lives while its thread's stack does (this thread is running), and
-    // the caller holds it busy with nothing of it alive.
+    // SAFETY: per the contract: alive, held busy by the caller, nothing of it in use.
     unsafe { slot.as_ref().free() }
+}
+
+/// Records `slot` as the `with_scratch` arena this thread freed last, if the thread's
+/// stack (which keeps it alive) is still there.
+fn note_freed(slot: NonNull<Slot>) {
+    let _ = STACK.try_with(|_| LAST_FREED.set(slot.as_ptr()));
 }
 
 /// One pass of idle trimming (called by `maintain_global_pools`). At the end of each
@@ -424,10 +456,12 @@ pub fn with_scratch<R>(f: impl FnOnce(&MemoryArena<'static>) -> R) -> R {
     struct Exit(NonNull<Slot>);
     impl Drop for Exit {
         fn drop(&mut self) {
-            // SAFETY: claimed below on this thread; the scope has ended, so nothing it
-            // allocated is borrowed any more (the closure's reference cannot escape it).
+            // SAFETY: claimed below on this thread, whose stack is alive (a scope runs on
+            // its thread, and the stack's destructor cannot run inside it); the scope has
+            // ended, so nothing it allocated is borrowed any more (the closure's reference
+            // cannot escape it).
             unsafe { release(self.0) };
-            let _ = LAST_FREED.try_with(|last| last.set(self.0.as_ptr()));
+            note_freed(self.0);
         }
     }
     match claim(&WITH_SCRATCH, false) {
@@ -466,7 +500,9 @@ pub fn with_scratch<R>(f: impl FnOnce(&MemoryArena<'static>) -> R) -> R {
 /// ```
 ///
 /// The batch holds its arena busy until it is dropped, so nested [`with_scratch`] calls
-/// (and other batches) get other arenas; it is neither `Send` nor `Sync`.
+/// (and other batches) get other arenas; it is neither `Send` nor `Sync`. It keeps its
+/// arena alive itself (a reference count), so a batch kept in a thread-local whose
+/// destructor runs after the scratch stack's still has it.
 pub struct ScratchBatch {
     arena: BatchArena,
     /// The largest `bytes_used` of its scopes, for the arena's figures and trim window.
@@ -475,15 +511,15 @@ pub struct ScratchBatch {
 }
 
 enum BatchArena {
-    /// A slot of this thread's stack, held busy.
-    Claimed(NonNull<Slot>),
+    /// A slot of this thread's stack, held busy (and alive: the `Arc`).
+    Claimed(Arc<Slot>),
     /// Thread-local storage is being torn down: an arena of the batch's own.
     Private(Box<MemoryArena<'static>>),
 }
 
 /// Claims a [`with_scratch`] arena of the calling thread for a [`ScratchBatch`]. O(1).
 pub fn scratch_batch() -> ScratchBatch {
-    let arena = match claim(&WITH_SCRATCH, false) {
+    let arena = match claim_held(&WITH_SCRATCH, false) {
         Some(slot) => BatchArena::Claimed(slot),
         None => BatchArena::Private(Box::new(MemoryArena::new(scratch_pool()))),
     };
@@ -499,9 +535,9 @@ impl ScratchBatch {
     /// O(1) plus `f`.
     pub fn scope<R>(&mut self, f: impl FnOnce(&MemoryArena<'static>) -> R) -> R {
         let arena: &mut MemoryArena<'static> = match &mut self.arena {
-            // SAFETY: the batch holds the slot busy (and is not `Send`, so this is the
-            // claiming thread), and no reference to the arena outlives a `scope`.
-            BatchArena::Claimed(slot) => unsafe { slot.as_ref().arena() },
+            // SAFETY: the batch holds the slot busy and alive (and is not `Send`, so this
+            // is the claiming thread), and no reference to the arena outlives a `scope`.
+            BatchArena::Claimed(slot) => unsafe { slot.arena() },
             BatchArena::Private(arena) => arena,
         };
         let r = f(arena);
@@ -515,14 +551,13 @@ impl ScratchBatch {
 
 impl Drop for ScratchBatch {
     fn drop(&mut self) {
-        if let BatchArena::Claimed(slot) = self.arena {
-            // SAFETY: claimed on this thread, held busy until now, and every scope has
-            // ended, so nothing of the arena is in use.
-            unsafe {
-                slot.as_ref().note_peak(self.peak);
-                release(slot);
-            }
-            let _ = LAST_FREED.try_with(|last| last.set(slot.as_ptr()));
+        if let BatchArena::Claimed(slot) = &self.arena {
+            slot.note_peak(self.peak);
+            let slot = slot_ptr(slot);
+            // SAFETY: claimed on this thread, held busy and alive (our `Arc`) until now,
+            // and every scope has ended, so nothing of the arena is in use.
+            unsafe { release(slot) };
+            note_freed(slot);
         }
     }
 }

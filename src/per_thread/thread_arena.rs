@@ -25,7 +25,7 @@
 //! statistics.
 
 use std::alloc::Layout;
-use std::cell::{OnceCell, UnsafeCell};
+use std::cell::{Cell, OnceCell, UnsafeCell};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use parking_lot::Mutex;
 
-use crate::arena::{ArenaConfig, MemoryArena};
+use crate::arena::{ArenaConfig, MemoryArena, Reports};
 use crate::frame::FrameArenaStats;
 use crate::global::scratch_pool;
 
@@ -77,25 +77,45 @@ struct ThreadArena {
     used: AtomicUsize,
     held: AtomicUsize,
     high: AtomicUsize,
+    /// A `thread_arena_alloc` of the owning thread is emitting its events: user code (a
+    /// subscriber) runs inside it and may call back. Such a call allocates in the current
+    /// frame, never starts a new one (the outer call's pointer must stay valid), and a
+    /// `thread_arena_reset` there is refused. Touched only by the owning thread.
+    reporting: Cell<bool>,
 }
 
 // SAFETY: a `MemoryArena` is `!Sync` because allocating is a load then a store of its
 // cursor. The arena in a `ThreadArena` is used only by its own thread (through that
-// thread's `THREAD_ARENA`); other threads reach a `ThreadArena` only through the registry,
-// to read the figures, which are atomics.
+// thread's `THREAD_ARENA`), and so is `reporting`; other threads reach a `ThreadArena`
+// only through the registry, to read the figures, which are atomics.
 unsafe impl Sync for ThreadArena {}
+
+/// Sets `reporting` for the length of an emission, and clears it after, also when a
+/// subscriber panics.
+struct Reporting<'a>(&'a Cell<bool>);
+
+impl Drop for Reporting<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
 
 impl ThreadArena {
     /// Allocates in the current frame, first resetting the arena if its contents belong to
     /// an earlier one. Only the owning thread calls this.
+    ///
+    /// The growth's events are emitted last, with the figures published, and with
+    /// `reporting` set: a subscriber that ends the frame and allocates again gets bytes of
+    /// this same frame, distinct from the ones this call returns.
     #[inline]
     fn alloc(&self, layout: Layout) -> Option<NonNull<u8>> {
         let now = FRAME.load(Acquire);
-        if self.frame.load(Relaxed) != now {
+        if self.frame.load(Relaxed) != now && !self.reporting.get() {
             self.start_frame(now);
         }
         // SAFETY: only the owning thread reaches the arena, and it holds no `&mut` to it
-        // here (resets are not re-entrant with allocation).
+        // here: resets happen in `start_frame` and `reset`, never while a call of this
+        // module is under way on this thread (`reporting` keeps re-entrant ones away).
         let arena = unsafe { &*self.arena.get() };
         // The capacity caps the bytes in use (padding included), as the seed's fixed arena
         // had it: refuse what cannot fit before taking a block for it...
@@ -109,7 +129,8 @@ impl ThreadArena {
             .saturating_add(layout.align())
             > self.capacity;
         let mark = near.then(|| arena.checkpoint());
-        let mut p = arena.try_alloc(layout).ok();
+        let mut reports = Reports::default();
+        let mut p = arena.try_alloc_deferred(layout, &mut reports).ok();
         if let Some(mark) = mark
             && arena.bytes_used() > self.capacity
         {
@@ -125,7 +146,19 @@ impl ThreadArena {
         if used > self.held.load(Relaxed) {
             self.held.store(arena.bytes_held(), Relaxed);
         }
+        if reports.pending() {
+            self.emit(reports);
+        }
         p
+    }
+
+    /// Emits a call's events with `reporting` set (see there).
+    #[cold]
+    #[inline(never)]
+    fn emit(&self, reports: Reports) {
+        let outer = self.reporting.replace(true);
+        let _reset_after = (!outer).then(|| Reporting(&self.reporting));
+        reports.emit();
     }
 
     #[cold]
@@ -143,10 +176,20 @@ impl ThreadArena {
     /// # Safety
     /// Called by the owning thread; no pointer from the arena is used afterwards and no
     /// reference to it is alive.
+    #[track_caller]
     unsafe fn reset(&self) {
-        // SAFETY: forwarded from the caller.
+        assert!(
+            !self.reporting.get(),
+            "thread_arena_reset called while this thread's thread_arena_alloc is emitting \
+             an event (from a tracing subscriber): the pointer that call returns is still \
+             in use"
+        );
+        // SAFETY: forwarded from the caller; `reporting` is clear, so no call of this
+        // module holds a reference to the arena on this thread.
         let arena = unsafe { &mut *self.arena.get() };
-        arena.reset();
+        // Quietly: this may be the start of a frame inside `thread_arena_alloc`, which
+        // reports at its end (`Reports::pending` includes budget crossings).
+        arena.reset_quietly();
         self.high.store(arena.high_watermark(), Relaxed);
         self.used.store(0, Relaxed);
         self.held.store(arena.bytes_held(), Relaxed);
@@ -214,7 +257,13 @@ thread_local! {
 /// Nothing else ends it: no other thread touches this thread's arena, and ending the
 /// frame alone frees nothing. So memory allocated in a frame can be used for the rest of
 /// that frame, and after it until the thread allocates again; compare
-/// [`thread_arena_frame`] before and after if a thread must know.
+/// [`thread_arena_frame`] before and after if a thread must know. The thread's exit
+/// gives the arena back (a thread-local destructor that runs after the arena's must not
+/// use its pointers; `thread_arena_alloc` returns `None` there).
+///
+/// A call made from inside another (a `tracing` subscriber told about this call's new
+/// block, which ends the frame and allocates) never starts a new frame: the outer call's
+/// pointer stays valid, and the two are distinct.
 ///
 /// ```
 /// use std::alloc::Layout;
@@ -241,6 +290,7 @@ pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
                     used: AtomicUsize::new(0),
                     held: AtomicUsize::new(0),
                     high: AtomicUsize::new(0),
+                    reporting: Cell::new(false),
                 });
                 REGISTRY.lock().push(Arc::clone(&mine));
                 cell.get_or_init(|| Registered(mine)).0.alloc(layout)
@@ -255,6 +305,10 @@ pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
 /// # Safety
 /// No pointer returned by [`thread_arena_alloc`] on this thread is used afterwards.
 ///
+/// # Panics
+/// When called from inside this thread's `thread_arena_alloc` (a `tracing` subscriber
+/// told about its new block): the pointer that call is about to return would be freed.
+///
 /// ```
 /// use std::alloc::Layout;
 /// nebula_memory::thread_arena_alloc(Layout::new::<u64>());
@@ -268,6 +322,8 @@ pub unsafe fn thread_arena_reset() {
             // SAFETY: forwarded from the caller; this is the arena's own thread, and no
             // reference to the arena outlives a call of this module.
             unsafe { mine.0.reset() }
+            // Budget crossings of the reset, told now that it is complete.
+            crate::ledger::emit_pending_warnings();
         }
     });
 }

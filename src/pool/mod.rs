@@ -226,7 +226,8 @@ impl MemoryPool {
     pub fn allocate_block(&self, min_usable: usize) -> Result<NonNull<MemoryBlock>, PoolError> {
         let block = self.allocate(min_usable, Refusal::Counted);
         if let Err(e) = &block {
-            self.report_exhausted(e);
+            // The pool's lock is released and nothing is half done: user code may run.
+            report_exhausted(e);
         }
         block
     }
@@ -243,38 +244,13 @@ impl MemoryPool {
 
     /// `allocate_block` for a caller that holds a lock of its own (an arena's chain): an
     /// exhaustion is counted now, but its WARN event is left to the caller, who emits it
-    /// with [`report_exhausted`](MemoryPool::report_exhausted) once its lock is released.
+    /// with `report_exhausted` once its whole operation is complete.
     /// A `tracing` subscriber is user code and may allocate from that very arena.
     pub(crate) fn allocate_block_unreported(
         &self,
         min_usable: usize,
     ) -> Result<NonNull<MemoryBlock>, PoolError> {
         self.allocate(min_usable, Refusal::Counted)
-    }
-
-    /// Emits the WARN event (inside a `pool_exhausted` span) of a refusal counted by
-    /// `allocate_block` or `allocate_block_unreported`; other errors are not reported.
-    /// Runs user code (the subscriber): call it with no lock of the crate held.
-    #[cold]
-    pub(crate) fn report_exhausted(&self, e: &PoolError) {
-        if let &PoolError::Exhausted {
-            pool,
-            requested,
-            free,
-            largest_free,
-        } = e
-        {
-            let span = tracing::warn_span!("pool_exhausted", pool, requested, free, largest_free);
-            let _enter = span.enter();
-            tracing::warn!(
-                pool,
-                requested,
-                free,
-                largest_free,
-                "memory pool '{pool}' exhausted: asked for {requested} bytes, {free} free, \
-                 largest free block {largest_free}"
-            );
-        }
     }
 
     /// Validate, find, carve, count, hand out.
@@ -445,6 +421,32 @@ impl MemoryPool {
     pub fn contains(&self, ptr: *const u8) -> bool {
         let base = self.region.base().as_ptr() as usize;
         (base..base + self.region.len()).contains(&(ptr as usize))
+    }
+}
+
+/// Emits the WARN event (inside a `pool_exhausted` span) of a refusal counted by
+/// `allocate_block` or `allocate_block_unreported`; other errors are not reported.
+/// Runs user code (the subscriber): call it only once the operation that met the refusal
+/// is complete, with no lock of the crate held.
+#[cold]
+pub(crate) fn report_exhausted(e: &PoolError) {
+    if let &PoolError::Exhausted {
+        pool,
+        requested,
+        free,
+        largest_free,
+    } = e
+    {
+        let span = tracing::warn_span!("pool_exhausted", pool, requested, free, largest_free);
+        let _enter = span.enter();
+        tracing::warn!(
+            pool,
+            requested,
+            free,
+            largest_free,
+            "memory pool '{pool}' exhausted: asked for {requested} bytes, {free} free, \
+             largest free block {largest_free}"
+        );
     }
 }
 

@@ -251,10 +251,14 @@ impl<'pool> DoubleBufferedArena<'pool> {
     /// ```
     pub fn swap(&mut self) {
         let older = 1 - self.current;
-        self.buffers[older].reset();
+        // The stamp first: from here on no handle of the older frame passes `get`, even
+        // if what follows panics.
         self.stamps[older] = new_stamp(older);
+        self.buffers[older].reset_quietly();
         self.current = older;
         self.frame += 1;
+        // Budget crossings of the reset, told once the swap is complete.
+        crate::ledger::emit_pending_warnings();
     }
 }
 

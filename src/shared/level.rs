@@ -76,6 +76,10 @@ impl GameArena {
     /// system run or a loading step, not for ever: [`wait_and_reset`](GameArena::wait_and_reset) waits for
     /// every guard. O(1) (an uncontended read lock).
     ///
+    /// A thread that already holds a guard gets another at once, even while a reset waits
+    /// for the lock (a nested call, or a `tracing` subscriber told about an allocation made
+    /// through the first guard, would otherwise wait for a writer that waits for it).
+    ///
     /// ```
     /// use nebula_memory::Arena;
     /// let arena = nebula_memory::game_arena().read();
@@ -83,7 +87,11 @@ impl GameArena {
     /// assert_eq!(*hp, 100);
     /// ```
     pub fn read(&self) -> GameArenaGuard<'_> {
-        let guard = self.arena.read();
+        let guard = if GUARDS_HERE.get() > 0 {
+            self.arena.read_recursive()
+        } else {
+            self.arena.read()
+        };
         GUARDS_HERE.set(GUARDS_HERE.get() + 1);
         GameArenaGuard {
             guard,
@@ -114,7 +122,9 @@ impl GameArena {
                  would wait for itself for ever; drop the guard first, or use try_reset"
             );
         }
-        self.arena.write().reset();
+        self.arena.write().reset_quietly();
+        // Told with the lock released: a subscriber may take a guard.
+        crate::ledger::emit_pending_warnings();
     }
 
     /// [`wait_and_reset`](GameArena::wait_and_reset) if no guard is alive now; `false` (and nothing
@@ -130,7 +140,10 @@ impl GameArena {
     pub fn try_reset(&self) -> bool {
         match self.arena.try_write() {
             Some(mut arena) => {
-                arena.reset();
+                arena.reset_quietly();
+                drop(arena);
+                // Told with the lock released: a subscriber may take a guard.
+                crate::ledger::emit_pending_warnings();
                 true
             }
             None => false,

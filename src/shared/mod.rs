@@ -13,14 +13,23 @@
 //! **Shared means shared.** Everything on `SharedArena` itself concerns the whole arena:
 //! allocation through the [`Arena`] interface (which lands in the calling thread's part),
 //! and figures (`bytes_used`, `stats`, …) that add up every thread's part. What concerns
-//! one thread's part only (checkpoints and `rewind`, scopes, per-part figures) is reached
-//! through [`SharedArena::this_thread`], whose name says so; the `&MemoryArena` it returns
-//! is not `Send`, so it cannot leave the thread that got it.
+//! one thread's part only (checkpoints and `rewind`, per-part figures, a hot loop without
+//! the part lookup) is reached inside [`SharedArena::with_this_thread`], whose name says
+//! so.
+//!
+//! **Why a closure.** A thread's part belongs to the thread only while it holds its thread
+//! id: the id, and with it the part, passes to a thread started after it exits. A
+//! reference to the part kept past that point (in a thread-local whose destructor runs
+//! late in the thread's exit, say) would let two threads bump one cursor. The closure's
+//! reference cannot be kept, so every use of a part begins with finding the caller's
+//! part, on the thread making the call, at that moment.
 //!
 //! The price of a part per thread is memory: after a reset each part keeps the one block
 //! the reset policy chooses, so the arena holds up to a block per thread that ever
-//! allocated. A thread that exits leaves its part to the next new thread; a part nobody
-//! allocates from is trimmed back to `first_block` after `trim_after_resets` resets. This
+//! allocated. A thread that exits leaves its part to the next new thread (and code that
+//! allocates late in a thread's exit borrows one of a few *late* parts for the length of
+//! one call, so those are reused too); a part nobody allocates from gives its blocks back
+//! after 8 resets in a row. This
 //! suits a fixed pool of worker threads (a job system, Bevy's task pools); with threads
 //! that come and go quickly against a small pool, idle parts can hold blocks a new
 //! thread would need.
@@ -35,7 +44,7 @@ use std::alloc::Layout;
 use std::cell::Cell;
 use std::fmt;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use thread_local::ThreadLocal;
@@ -67,30 +76,51 @@ const IDLE_RESETS_BEFORE_RELEASE: u32 = 8;
 // reach is an atomic or behind a lock, except the cursor's bump, which is a load followed
 // by a store and so must not run on two threads at once. `SharedArena` allocates (bumps,
 // pops, resizes, rewinds) only through the calling thread's own part, found by
-// `this_thread`:
+// `with_part` at the time of the call:
 // - a slot of `slots`, which `ThreadLocal::get_or` gives to the thread holding its thread
 //   id, and which passes to another thread only after the first released that id (in its
 //   TLS teardown). `LAST` caches it only while the id is held: see `LastGuard`;
-// - or, for code that runs after this thread's `LastGuard` was destroyed, a part of `late`
-//   that only this thread's `LATE` cell points at.
-// The `&MemoryArena` handed out is not `Send`, so it stays on that thread. Parts of other
-// threads are reached only by `fold_parts`, for statistics, which reads atomics and takes
-// locks, and by `&mut self` methods.
+// - or, for a call made after this thread's `LastGuard` was destroyed, a part of `late`
+//   claimed for that call alone (its `busy` flag).
+// The `&MemoryArena` is handed only to a closure, for the call: it cannot be kept past a
+// point where the thread id may change hands. Parts of other threads are reached only by
+// `fold_parts`, for statistics, which reads atomics and takes locks, and by `&mut self`
+// methods.
 unsafe impl Sync for Slot<'_> {}
 
 /// A part of `SharedArena::late`, owned through a raw pointer (from `Box::leak`): the
 /// list may grow (moving its elements) while a thread uses a part, and moving a `Box`
 /// would assert uniqueness over the part under that thread's feet.
-struct LatePart<'pool>(NonNull<Slot<'pool>>);
+struct LatePart<'pool>(NonNull<LateSlot<'pool>>);
 
-// SAFETY: a `LatePart` owns its `Slot` as a `Box` would, and a `Slot` is `Send`.
+/// A late part and whether a call is using it: a thread late in its exit claims a free one
+/// (compare-and-swap `false` → `true`, `Acquire`) for one call and gives it back
+/// (`Release`), so each is used by one thread at a time and reused by the next.
+struct LateSlot<'pool> {
+    part: Slot<'pool>,
+    busy: AtomicBool,
+}
+
+// SAFETY: a `LatePart` owns its `LateSlot` as a `Box` would; a `Slot` is `Send` and the
+// flag is atomic.
 unsafe impl Send for LatePart<'_> {}
 
 impl Drop for LatePart<'_> {
     fn drop(&mut self) {
-        // SAFETY: from `Box::leak` in `late_part`; dropped by `reset(&mut self)` or with
-        // the arena, when no borrow of the part can be alive.
+        // SAFETY: from `Box::leak` in `claim_late_part`; dropped by `reset(&mut self)` or
+        // with the arena, when no call can be using the part.
         drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
+/// A late part claimed for one call; gives it back when dropped (also on unwinding).
+struct LateClaim<'a, 'pool> {
+    slot: &'a LateSlot<'pool>,
+}
+
+impl Drop for LateClaim<'_, '_> {
+    fn drop(&mut self) {
+        self.slot.busy.store(false, Ordering::Release);
     }
 }
 
@@ -99,7 +129,8 @@ impl Drop for LatePart<'_> {
 /// Each thread bumps in blocks of its own, so allocation costs what it costs in a
 /// `MemoryArena` plus a lookup of the thread's part; the newest allocation *of the calling
 /// thread* can be popped or grown in place. Operations on one thread's part alone
-/// (checkpoints, `rewind`, scopes) go through [`this_thread`](SharedArena::this_thread). Memory stays valid until
+/// (checkpoints, `rewind`, per-part figures) go through
+/// [`with_this_thread`](SharedArena::with_this_thread). Memory stays valid until
 /// [`reset`](SharedArena::reset) (which needs `&mut self`, so no allocation can still be
 /// borrowed) or drop. `&SharedArena` is an `allocator_api2` allocator, so
 /// `Vec::new_in(&shared)` and `hashbrown::HashMap::new_in(&shared)` work from any thread.
@@ -124,9 +155,9 @@ impl Drop for LatePart<'_> {
 /// ```
 pub struct SharedArena<'pool> {
     slots: ThreadLocal<Slot<'pool>>,
-    /// Parts of threads that allocated after their `LastGuard` was destroyed (late in their
-    /// TLS teardown, when their thread id may already be another thread's). Freed by
-    /// `reset` and drop.
+    /// Parts for calls made after the calling thread's `LastGuard` was destroyed (late in
+    /// its TLS teardown, when its thread id may already be another thread's), each claimed
+    /// for one call. Freed by `reset` and drop.
     late: Mutex<Vec<LatePart<'pool>>>,
     /// The key of [`LAST`]: unique in the process (never reused), and replaced after every
     /// mutable walk of the slots, so a slot pointer cached before one never matches after.
@@ -145,9 +176,6 @@ thread_local! {
     static LAST: Cell<(u64, *const ())> = const { Cell::new((0, ptr::null())) };
     /// See [`LastGuard`]. First touched right after the thread's first `get_or`.
     static LAST_GUARD: LastGuard = const { LastGuard };
-    /// After `TORN_DOWN`: the arena (key) and the part of `late` this thread uses. No
-    /// destructor either.
-    static LATE: Cell<(u64, *const ())> = const { Cell::new((0, ptr::null())) };
 }
 
 /// `LAST`'s key once the thread's cache is closed: no arena ever has it.
@@ -164,7 +192,7 @@ const TORN_DOWN: u64 = u64::MAX;
 /// C runtime's `__cxa_thread_atexit_impl` list on Linux, `_tlv_atexit` on macOS, std's own
 /// list elsewhere), so this one runs first and closes the cache while the id is still
 /// this thread's. Code that runs later in the teardown (another TLS destructor that
-/// allocates) gets a part of its own from `late`.
+/// allocates) borrows a part of `late` for each call.
 struct LastGuard;
 
 impl Drop for LastGuard {
@@ -232,23 +260,45 @@ impl<'pool> SharedArena<'pool> {
         &self.config
     }
 
-    /// The calling thread's part of the arena (created on the thread's first use): a
-    /// `MemoryArena` whose checkpoints, `rewind`, scopes and figures concern this thread's
-    /// allocations only. Hot loops also take it once and allocate from it directly, saving
-    /// the part lookup each `Arena` call on the `SharedArena` makes. The reference cannot
-    /// leave the thread. O(1).
+    /// Runs `f` with the calling thread's part of the arena (created on the thread's first
+    /// use): a `MemoryArena` whose checkpoints, `rewind` and figures concern this thread's
+    /// allocations only. Hot loops also run inside it, saving the part lookup that each
+    /// `Arena` call on the `SharedArena` makes. O(1) plus `f`.
+    ///
+    /// The reference lives for the call only: a part belongs to a thread while the thread
+    /// holds its thread id, which passes to a new thread after this one exits, so no
+    /// reference to a part may be kept. Allocations made through it borrow it too; for
+    /// memory that outlives the call, allocate through the `SharedArena` itself (it lives
+    /// until [`reset`](SharedArena::reset) either way).
     ///
     /// ```
     /// use nebula_memory::Arena;
     /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
-    /// let mine = arena.this_thread();
-    /// for i in 0..1000u32 {
-    ///     mine.alloc_val(i);
-    /// }
-    /// assert_eq!(arena.bytes_used(), 4000);
+    /// let sum = arena.with_this_thread(|mine| {
+    ///     let mut sum = 0;
+    ///     for i in 0..1000u32 {
+    ///         sum += *mine.alloc_val(i);
+    ///     }
+    ///     sum
+    /// });
+    /// assert_eq!((sum, arena.bytes_used()), (499_500, 4000));
+    /// ```
+    ///
+    /// The part cannot be kept past the call:
+    ///
+    /// ```compile_fail
+    /// let arena = nebula_memory::engine_arena();
+    /// let mine: &nebula_memory::MemoryArena<'static> = arena.with_this_thread(|mine| mine);
     /// ```
     #[inline]
-    pub fn this_thread(&self) -> &MemoryArena<'pool> {
+    pub fn with_this_thread<R>(&self, f: impl FnOnce(&MemoryArena<'pool>) -> R) -> R {
+        self.with_part(f)
+    }
+
+    /// Runs `f` on the calling thread's part: the one-entry cache `LAST` when it names this
+    /// arena, else the slow lookup. Every use of a part goes through here.
+    #[inline(always)]
+    pub(crate) fn with_part<R>(&self, f: impl FnOnce(&MemoryArena<'pool>) -> R) -> R {
         let (key, slot) = LAST.with(Cell::get);
         if key == self.key {
             // SAFETY: `LAST` holds this thread's slot of the arena with this key, cached
@@ -260,17 +310,21 @@ impl<'pool> SharedArena<'pool> {
             // still there. The pointer is still valid for shared access: the only unique
             // borrows of the slots (`iter_mut`, in `reset` and `trim_spares`) replace the
             // key afterwards, so a pointer cached before one of them never matches again.
-            return unsafe { &(*slot.cast::<Slot<'pool>>()).0 };
+            // The reference given to `f` cannot outlive the call, made on this thread.
+            return f(unsafe { &(*slot.cast::<Slot<'pool>>()).0 });
         }
-        self.this_thread_slow(key)
+        self.with_part_slow(key, f)
     }
 
-    /// `this_thread` when the cache names another arena: looks the slot up (creating it on the
-    /// thread's first use) and caches it; late in the thread's teardown, a part of its own.
+    /// `with_part` when the cache names another arena: looks the slot up (creating it on
+    /// the thread's first use) and caches it; late in the thread's teardown, a late part
+    /// for this call.
+    #[cold]
     #[inline(never)]
-    fn this_thread_slow(&self, cached: u64) -> &MemoryArena<'pool> {
+    fn with_part_slow<R>(&self, cached: u64, f: impl FnOnce(&MemoryArena<'pool>) -> R) -> R {
         if cached == TORN_DOWN {
-            return self.late_part();
+            let claim = self.claim_late_part();
+            return f(&claim.slot.part.0);
         }
         let slot = self.slots.get_or(|| {
             Slot(
@@ -284,34 +338,40 @@ impl<'pool> SharedArena<'pool> {
         if LAST_GUARD.try_with(|_| ()).is_ok() {
             LAST.set((self.key, ptr::from_ref(slot).cast()));
         }
-        &slot.0
+        f(&slot.0)
     }
 
-    /// The part of a thread whose `LastGuard` is gone: its thread id may already belong to
-    /// a thread started since, so the slot of that id is not this thread's any more. The
-    /// thread gets a part of `late` that nobody else can reach (cached in `LATE`, one
-    /// entry). Rare: only TLS destructors that allocate during thread exit come here.
-    #[cold]
-    #[inline(never)]
-    fn late_part(&self) -> &MemoryArena<'pool> {
-        let (key, part) = LATE.get();
-        if key == self.key {
-            // SAFETY: `LATE` names a part of `self.late` made for this thread (keys are
-            // never reused, and `reset`, the only code that frees late parts, renews the
-            // key). The part is held by raw pointer, so it has not moved and no unique
-            // borrow of it was made; only this thread uses it.
-            return unsafe { &(*part.cast::<Slot<'pool>>()).0 };
+    /// A late part for one call of a thread whose `LastGuard` is gone (its thread id may
+    /// already belong to a thread started since, so the slot of that id is not its own any
+    /// more): a free one of `late`, or a new one. Rare: only TLS destructors that allocate
+    /// during thread exit come here, and the parts are reused, so the arena holds as many
+    /// as such calls ever ran at once.
+    fn claim_late_part(&self) -> LateClaim<'_, 'pool> {
+        let mut late = self.late.lock();
+        for part in late.iter() {
+            // SAFETY: a live late part (the list owns it; only `&mut self` frees it).
+            let slot = unsafe { part.0.as_ref() };
+            if slot
+                .busy
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return LateClaim { slot };
+            }
         }
-        let part = Box::new(Slot(
-            MemoryArena::with_config(self.pool, self.config),
-            IdleResets::default(),
-        ));
-        let ptr = NonNull::from(Box::leak(part));
-        self.late.lock().push(LatePart(ptr));
-        LATE.set((self.key, ptr.as_ptr().cast_const().cast()));
-        // SAFETY: just allocated and owned by `self.late`, which keeps it until `reset(&mut
-        // self)` or drop; only this thread will use it.
-        unsafe { &ptr.as_ref().0 }
+        let slot = NonNull::from(Box::leak(Box::new(LateSlot {
+            part: Slot(
+                MemoryArena::with_config(self.pool, self.config),
+                IdleResets::default(),
+            ),
+            busy: AtomicBool::new(true),
+        })));
+        late.push(LatePart(slot));
+        LateClaim {
+            // SAFETY: just made, owned by `self.late` until `reset(&mut self)` or drop,
+            // and claimed for this call alone.
+            slot: unsafe { slot.as_ref() },
+        }
     }
 
     /// Allocates `layout` in the calling thread's part. O(1) amortised.
@@ -327,7 +387,7 @@ impl<'pool> SharedArena<'pool> {
     /// ```
     #[inline]
     pub fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
-        self.this_thread().try_alloc(layout)
+        self.with_part(|part| part.try_alloc(layout))
     }
 
     /// Frees everything every thread allocated. Each thread's part keeps one block chosen
@@ -345,6 +405,14 @@ impl<'pool> SharedArena<'pool> {
     /// assert_eq!(arena.generation(), 1);
     /// ```
     pub fn reset(&mut self) {
+        self.reset_quietly();
+        // Budget crossings of replacement blocks, told once every part is reset.
+        crate::ledger::emit_pending_warnings();
+    }
+
+    /// [`reset`](SharedArena::reset) inside a larger operation of the crate: runs no user
+    /// code.
+    pub(crate) fn reset_quietly(&mut self) {
         for slot in self.slots.iter_mut() {
             let Slot(part, idle) = slot;
             idle.0 = if part.peak_since_reset() == 0 {
@@ -355,7 +423,7 @@ impl<'pool> SharedArena<'pool> {
             if idle.0 >= IDLE_RESETS_BEFORE_RELEASE && part.bytes_held() > 0 {
                 part.reset_and_release();
             } else {
-                part.reset();
+                part.reset_quietly();
             }
         }
         // Late parts belong to threads that were exiting; their blocks go back.
@@ -376,7 +444,7 @@ impl<'pool> SharedArena<'pool> {
         }
         for part in self.late.get_mut() {
             // SAFETY: `&mut self`: no thread uses a late part now.
-            unsafe { part.0.as_mut() }.0.trim_spares();
+            unsafe { part.0.as_mut() }.part.0.trim_spares();
         }
         self.key = new_key(); // slot pointers cached before `iter_mut` are stale
     }
@@ -386,7 +454,7 @@ impl<'pool> SharedArena<'pool> {
         let acc = self.slots.iter().fold(init, |acc, slot| f(acc, &slot.0));
         self.late.lock().iter().fold(acc, |acc, part| {
             // SAFETY: a live late part (the list owns it); read for statistics only.
-            f(acc, unsafe { &part.0.as_ref().0 })
+            f(acc, unsafe { &part.0.as_ref().part.0 })
         })
     }
 
@@ -476,7 +544,7 @@ impl<'pool> SharedArena<'pool> {
     /// ```
     /// use std::alloc::Layout;
     /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
-    /// arena.this_thread().alloc_tagged(Layout::new::<[u8; 24]>(), "physics");
+    /// arena.with_this_thread(|mine| mine.alloc_tagged(Layout::new::<[u8; 24]>(), "physics"));
     /// assert_eq!(arena.tag_bytes("physics"), 24);
     /// ```
     pub fn tag_bytes(&self, tag: &str) -> usize {
@@ -531,22 +599,25 @@ impl<'pool> SharedArena<'pool> {
 /// The arena interface, on the calling thread's part: typed helpers allocate there, and
 /// `pop` / `realloc` act on the newest allocation *of the calling thread* (an allocation of
 /// another thread is never the top here: `pop` returns `false`, a grow copies).
-impl<'pool> Arena for SharedArena<'pool> {
+// SAFETY: every call works on the calling thread's part, a `MemoryArena` whose impl is
+// sound, found at the time of the call on the calling thread (`with_part`), so no two
+// threads bump one part. Memory handed out stays valid until `reset(&mut self)` or drop.
+unsafe impl<'pool> Arena for SharedArena<'pool> {
     #[inline(always)]
     fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
-        self.this_thread().try_alloc(layout)
+        self.with_part(|part| part.try_alloc(layout))
     }
 
     #[inline(always)]
     #[track_caller]
     fn alloc(&self, layout: Layout) -> NonNull<u8> {
-        self.this_thread().alloc(layout)
+        self.with_part(|part| part.alloc(layout))
     }
 
     #[inline]
     unsafe fn pop(&self, ptr: NonNull<u8>, layout: Layout) -> bool {
         // SAFETY: forwarded from the caller.
-        unsafe { self.this_thread().pop(ptr, layout) }
+        self.with_part(|part| unsafe { part.pop(ptr, layout) })
     }
 
     #[inline]
@@ -558,7 +629,7 @@ impl<'pool> Arena for SharedArena<'pool> {
     ) -> Result<NonNull<u8>, AllocError> {
         // SAFETY: forwarded from the caller: `ptr` is live in this arena; if it is another
         // thread's, it is not this thread's top and is copied, never extended.
-        unsafe { self.this_thread().realloc(ptr, old, new_size) }
+        self.with_part(|part| unsafe { part.realloc(ptr, old, new_size) })
     }
 
     fn pool_name(&self) -> &'static str {

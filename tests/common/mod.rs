@@ -205,3 +205,17 @@ impl<F: Fn(&tracing::Event<'_>) + Send + Sync + 'static> tracing::Subscriber for
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
 }
+
+/// Leaks `value` for the rest of the process, reachable from a static so that Miri's leak
+/// check does not report it (tests leak pools and arenas they hand out as `'static`).
+pub fn leak<T>(value: T) -> &'static mut T {
+    static LEAKED: std::sync::Mutex<Vec<std::sync::atomic::AtomicPtr<()>>> =
+        std::sync::Mutex::new(Vec::new());
+    let p = Box::into_raw(Box::new(value));
+    LEAKED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(std::sync::atomic::AtomicPtr::new(p.cast()));
+    // SAFETY: from `Box::into_raw`, never freed; the static only keeps its address.
+    unsafe { &mut *p }
+}

@@ -43,33 +43,53 @@ pub fn heap_fallbacks() -> u64 {
 }
 
 /// What the chain has to tell the outside world about a growth, told only once the
-/// arena's chain lock is released and its cursor is in a consistent place.
+/// whole operation that grew it is complete.
 ///
 /// Reporting means calling `tracing`, and a subscriber is user code: it may allocate from
-/// this very arena on this very thread. Under the chain lock that would deadlock (the lock
-/// is not re-entrant), and in the middle of a growth it would bump into a block the
-/// growth is about to record as full. So the chain only *records* here, and
-/// [`Reports::emit`] runs after the arena is done.
+/// this very arena on this very thread, reset or end a frame of another, or panic. Under
+/// the chain lock that would deadlock (the lock is not re-entrant); in the middle of a
+/// growth it would bump into a block the growth is about to record as full; and in the
+/// middle of a caller's operation (a `HotCursor` whose registers are not reloaded yet, a
+/// thread arena about to publish its figures) it would see, or unwind through, a state
+/// that is between two consistent ones. So the chain only *records* here, every layer
+/// passes the record up, and the outermost operation calls [`Reports::emit`] as its very
+/// last step, with everything written back.
 #[derive(Default)]
-#[must_use = "reports are emitted with `emit` once the chain lock is released"]
+#[must_use = "reports are emitted with `emit` once the operation is complete"]
 pub(crate) struct Reports {
     /// The pool refused the block the arena needed (counted by the pool already).
     exhausted: Option<crate::error::PoolError>,
-    /// The block came from the system heap instead (`heap_fallback`): the bytes asked for
-    /// and the pool's refusal.
-    heap_fallback: Option<(usize, crate::error::PoolError)>,
+    /// The block came from the system heap instead (`heap_fallback`): the pool, the bytes
+    /// asked for and the pool's refusal.
+    heap_fallback: Option<(&'static str, usize, crate::error::PoolError)>,
 }
 
 impl Reports {
-    /// Emits the recorded events. Runs user code: call it with no lock of the arena held.
-    pub(crate) fn emit(self, pool: &MemoryPool) {
-        // Budget crossings the growth recorded (O(1) when there are none).
+    /// Whether [`emit`](Reports::emit) would run user code: an event of this operation, or
+    /// a budget crossing of any thread waiting to be reported.
+    #[inline]
+    pub(crate) fn pending(&self) -> bool {
+        self.exhausted.is_some() || self.heap_fallback.is_some() || ledger::warnings_pending()
+    }
+
+    /// Emits the recorded events (and budget crossings waiting to be reported). Runs user
+    /// code: call it only where the crate's state and the caller's are consistent, with no
+    /// lock of the crate held. O(1) when nothing is pending.
+    #[inline]
+    pub(crate) fn emit(self) {
+        if self.pending() {
+            self.emit_now();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn emit_now(self) {
         ledger::emit_pending_warnings();
         if let Some(cause) = &self.exhausted {
-            pool.report_exhausted(cause);
+            crate::pool::report_exhausted(cause);
         }
-        if let Some((bytes, cause)) = self.heap_fallback {
-            let name = pool.name();
+        if let Some((name, bytes, cause)) = self.heap_fallback {
             let so_far = heap_fallbacks();
             tracing::warn!(
                 pool = name,
@@ -352,7 +372,7 @@ impl Chain {
             if exhausted {
                 reports.exhausted = Some(e.clone());
             }
-            reports.heap_fallback = Some((needed, e));
+            reports.heap_fallback = Some((pool.name(), needed, e));
         }
         Ok(block)
     }
