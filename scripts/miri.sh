@@ -12,8 +12,8 @@
 # Three runs, because two things outside the crate's own code need other Miri settings:
 # - Most binaries (and the unit tests): `-Zmiri-strict-provenance` with Stacked Borrows.
 # - Threads contending on one pool's lock (pool_threads, scratch, frame_thread,
-#   shared_arena, double_buffered, thread_arenas, shared_thread_exit, reentrant_tracing,
-#   ledger, ledger_totals): the
+#   shared_arena, double_buffered, thread_arenas, thread_teardown, reentrancy,
+#   reentrant_tracing, ledger, ledger_totals): the
 #   default (permissive) provenance. A contended `parking_lot` mutex parks its thread, and
 #   parking_lot_core 0.9.12's `WordLock` turns an integer back into a pointer
 #   (word_lock.rs:320, parking_lot#477), which strict provenance rejects. Miri still
@@ -29,7 +29,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/miri}"
 # Miri isolates the program from the host environment; forward the one variable it reads.
 common="-Zmiri-env-forward=PROPTEST_CASES ${MIRIFLAGS:-}"
 
-threaded="pool_threads scratch frame_thread shared_arena double_buffered thread_arenas shared_thread_exit reentrant_tracing ledger ledger_totals"
+threaded="pool_threads scratch frame_thread shared_arena double_buffered thread_arenas thread_teardown reentrancy reentrant_tracing ledger ledger_totals"
 tree_borrows="pool_model global_pools"
 
 targets() {
