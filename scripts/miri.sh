@@ -13,7 +13,8 @@
 # - Most binaries (and the unit tests): `-Zmiri-strict-provenance` with Stacked Borrows.
 # - Threads contending on one pool's lock (pool_threads, scratch, frame_thread,
 #   shared_arena, double_buffered, thread_arenas, thread_teardown, reentrancy,
-#   reentrant_tracing, ledger, ledger_totals): the
+#   reentrant_tracing, ledger, ledger_totals, heap_tracking, heap_model; the heap ones also
+#   because the tracking allocator finds a whole allocation from its exposed address): the
 #   default (permissive) provenance. A contended `parking_lot` mutex parks its thread, and
 #   parking_lot_core 0.9.12's `WordLock` turns an integer back into a pointer
 #   (word_lock.rs:320, parking_lot#477), which strict provenance rejects. Miri still
@@ -29,7 +30,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/miri}"
 # Miri isolates the program from the host environment; forward the one variable it reads.
 common="-Zmiri-env-forward=PROPTEST_CASES ${MIRIFLAGS:-}"
 
-threaded="pool_threads scratch frame_thread shared_arena double_buffered thread_arenas thread_teardown reentrancy reentrant_tracing ledger ledger_totals"
+threaded="pool_threads scratch frame_thread shared_arena double_buffered thread_arenas thread_teardown reentrancy reentrant_tracing ledger ledger_totals heap_tracking heap_model"
 tree_borrows="pool_model global_pools"
 
 targets() {

@@ -9,4 +9,4 @@ export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}"
 cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu \
     --test pool_threads --test global_pools --test frame_thread --test scratch \
     --test shared_arena --test double_buffered --test thread_arenas --test thread_teardown \
-    --test reentrancy --test reentrant_tracing --test ledger "$@"
+    --test reentrancy --test reentrant_tracing --test ledger --test heap_tracking --test heap_model "$@"

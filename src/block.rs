@@ -21,6 +21,7 @@
 //! find a free physical predecessor in O(1) when coalescing (boundary tags), without a
 //! "previous block" pointer in every header.
 
+use std::alloc::{GlobalAlloc, System};
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU32;
 
@@ -160,13 +161,18 @@ impl MemoryBlock {
     /// A block taken from the system heap, laid out like a pool block (magic
     /// `MAGIC_HEAP`), for an arena whose pool ran dry. `None` if the size overflows or the
     /// heap refuses. Its usable bytes are uninitialised.
+    ///
+    /// From the system allocator itself, not the global one: with a
+    /// [`TrackingAllocator`](crate::TrackingAllocator) installed, the block is counted once,
+    /// as its arena's tag's `heap_held`, not a second time as heap of whatever scope is
+    /// current.
     pub(crate) fn heap(min_usable: usize) -> Option<NonNull<MemoryBlock>> {
         let size = min_usable
             .checked_next_multiple_of(BLOCK_ALIGN)?
             .checked_add(HEADER)?;
         let layout = std::alloc::Layout::from_size_align(size, BLOCK_ALIGN).ok()?;
         // SAFETY: `size >= HEADER > 0`.
-        let block = NonNull::new(unsafe { std::alloc::alloc(layout) })?.cast::<MemoryBlock>();
+        let block = NonNull::new(unsafe { System.alloc(layout) })?.cast::<MemoryBlock>();
         // SAFETY: fresh heap memory of `size >= HEADER` bytes, 16-aligned.
         unsafe {
             block.write(MemoryBlock {
@@ -195,7 +201,7 @@ impl MemoryBlock {
         unsafe {
             let size = block.as_ref().size;
             crate::poison::expose(block.as_ptr().cast(), size);
-            std::alloc::dealloc(
+            System.dealloc(
                 block.as_ptr().cast(),
                 std::alloc::Layout::from_size_align_unchecked(size, BLOCK_ALIGN),
             );

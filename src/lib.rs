@@ -80,6 +80,7 @@ mod block;
 mod error;
 mod frame;
 mod global;
+mod heap;
 mod interface;
 pub mod ledger;
 mod maintain;
@@ -115,6 +116,7 @@ pub use global::{
     GlobalPoolConfig, configure_global_pools, engine_pool, game_pool, global_pool_config,
     scratch_pool,
 };
+pub use heap::TrackingAllocator;
 pub use maintain::maintain_global_pools;
 pub use pool::{MemoryPool, PoolStats};
 

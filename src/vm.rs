@@ -239,7 +239,9 @@ mod os {
 
 #[cfg(any(miri, not(any(unix, windows))))]
 mod os {
-    use std::alloc::Layout;
+    // The system allocator itself, not the global one: a region is pool memory, never
+    // heap the ledger's heap tracking should count.
+    use std::alloc::{GlobalAlloc, Layout, System};
     use std::ptr::NonNull;
 
     const ALIGN: usize = 4096;
@@ -252,7 +254,7 @@ mod os {
         let layout = Layout::from_size_align(len, ALIGN).map_err(std::io::Error::other)?;
         // Zeroed, like the fresh pages an OS hands out, so the two back ends agree.
         // SAFETY: `len` is non-zero (checked by `Region::reserve`).
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let p = unsafe { System.alloc_zeroed(layout) };
         NonNull::new(p).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory))
     }
 
@@ -268,6 +270,6 @@ mod os {
 
     pub(super) unsafe fn release(base: NonNull<u8>, len: usize) {
         // SAFETY: allocated by `reserve` with this exact layout.
-        unsafe { std::alloc::dealloc(base.as_ptr(), Layout::from_size_align_unchecked(len, ALIGN)) }
+        unsafe { System.dealloc(base.as_ptr(), Layout::from_size_align_unchecked(len, ALIGN)) }
     }
 }

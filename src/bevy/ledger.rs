@@ -36,9 +36,18 @@ use crate::ledger::{self, LedgerSnapshot};
 pub struct MemoryLedger {
     snapshot: LedgerSnapshot,
     frame: u64,
-    /// The top-level tags that have a diagnostic, with its path.
-    diagnostics: Vec<(&'static str, DiagnosticPath)>,
+    /// The top-level tags that have diagnostics, with their paths: bytes held (pool
+    /// blocks) and heap bytes live.
+    diagnostics: Vec<TagDiagnostics>,
     csv: Option<Csv>,
+}
+
+/// A top-level tag's diagnostic paths.
+#[derive(Clone)]
+struct TagDiagnostics {
+    tag: &'static str,
+    held: DiagnosticPath,
+    heap: DiagnosticPath,
 }
 
 /// The per-frame CSV file.
@@ -81,9 +90,9 @@ impl MemoryLedger {
     }
 
     /// Records the frame's snapshot: writes its CSV rows (and flushes, so the file is
-    /// whole after every frame) and returns the top-level tags that have no diagnostic
+    /// whole after every frame) and returns the top-level tags that have no diagnostics
     /// yet.
-    fn record(&mut self, snapshot: LedgerSnapshot) -> Vec<(&'static str, DiagnosticPath)> {
+    fn record(&mut self, snapshot: LedgerSnapshot) -> Vec<TagDiagnostics> {
         self.frame += 1;
         if let Some(csv) = self.csv.as_mut().filter(|c| !c.failed) {
             let written = snapshot
@@ -98,12 +107,11 @@ impl MemoryLedger {
         let new: Vec<_> = snapshot
             .tags()
             .filter(|(t, _)| !t.contains('/'))
-            .filter(|(t, _)| !self.diagnostics.iter().any(|(d, _)| d == t))
-            .map(|(t, _)| {
-                (
-                    t,
-                    DiagnosticPath::new(format!("nebula_memory/tag/{t}/held")),
-                )
+            .filter(|(t, _)| !self.diagnostics.iter().any(|d| d.tag == *t))
+            .map(|(tag, _)| TagDiagnostics {
+                tag,
+                held: DiagnosticPath::new(format!("nebula_memory/tag/{tag}/held")),
+                heap: DiagnosticPath::new(format!("nebula_memory/tag/{tag}/heap")),
             })
             .collect();
         self.diagnostics.extend(new.iter().cloned());
@@ -111,12 +119,21 @@ impl MemoryLedger {
         new
     }
 
-    /// The top-level tags' diagnostic paths and their held bytes now.
+    /// The top-level tags' diagnostic paths and their figures now: bytes held, heap bytes
+    /// live.
     pub(crate) fn measurements(&self) -> impl Iterator<Item = (&DiagnosticPath, f64)> {
-        self.diagnostics.iter().map(|(tag, path)| {
-            let held = self.snapshot.tag(tag).map_or(0, |f| f.held);
-            (path, held as f64)
+        self.diagnostics.iter().flat_map(|d| {
+            let f = self.snapshot.tag(d.tag).unwrap_or_default();
+            [(&d.held, f.held as f64), (&d.heap, f.heap_live as f64)]
         })
+    }
+}
+
+/// The snapshot's tree table (see [`LedgerSnapshot`]'s `Display`), after the frame number.
+impl std::fmt::Display for MemoryLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "memory ledger, frame {}:", self.frame)?;
+        self.snapshot.fmt(f)
     }
 }
 
@@ -137,7 +154,7 @@ pub(crate) fn end_ledger_frame(world: &mut World) {
     };
     let new = ledger.record(snapshot);
     if let Some(mut store) = world.get_resource_mut::<DiagnosticsStore>() {
-        for (_, path) in new {
+        for path in new.into_iter().flat_map(|d| [d.held, d.heap]) {
             if store.get(&path).is_none() {
                 store.add(Diagnostic::new(path).with_suffix(" B"));
             }

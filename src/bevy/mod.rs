@@ -30,12 +30,14 @@
 //! - [`MemoryLedger`]: the tag ledger's snapshot at each frame's end, a diagnostic per
 //!   top-level tag, and optionally a per-frame CSV.
 
+mod attribution;
 mod ledger;
 mod plugin;
 mod resources;
 mod scratch;
 mod stats;
 
+pub use attribution::SYSTEMS_TAG;
 pub use ledger::MemoryLedger;
 pub use plugin::{MemoryPlugin, MemorySystems, reset_frame_arenas_system};
 pub use resources::{

@@ -2,9 +2,10 @@
 
 use std::path::PathBuf;
 
-use bevy_app::{App, Last, Plugin};
+use bevy_app::{App, First, Last, Plugin};
 use bevy_ecs::prelude::*;
 
+use super::attribution::attribute_systems;
 use super::ledger::{MemoryLedger, end_ledger_frame};
 use super::resources::{
     EngineMemory, FrameMemory, GameMemory, ResetGameArena, reset_game_arena_on_request,
@@ -80,6 +81,11 @@ pub struct MemoryPlugin {
     /// [`LedgerSnapshot::write_csv_rows`](crate::ledger::LedgerSnapshot::write_csv_rows)),
     /// or `None`. Building the plugin panics if the file cannot be created.
     pub ledger_csv: Option<PathBuf>,
+    /// Charge each system's heap allocations to the ledger tag `systems/<name>` (default
+    /// `true`): every system of the app runs inside a [`ledger::scope`](crate::ledger::scope)
+    /// of its own. Counts only with a [`TrackingAllocator`](crate::TrackingAllocator) as
+    /// the global allocator; costs two thread-local writes per system run.
+    pub attribute_systems: bool,
 }
 
 impl Default for MemoryPlugin {
@@ -93,6 +99,7 @@ impl Default for MemoryPlugin {
             quarantine_frames: 0,
             tag_budgets: Vec::new(),
             ledger_csv: None,
+            attribute_systems: true,
         }
     }
 }
@@ -166,7 +173,18 @@ impl Plugin for MemoryPlugin {
                     .chain()
                     .in_set(MemorySystems::Reset),
             );
+        if self.attribute_systems {
+            app.add_systems(First, attribute_systems);
+        }
         register_diagnostics(app);
+    }
+
+    /// Every plugin has added its systems and no schedule has run: wraps them all so that
+    /// their heap allocations are charged to `systems/<name>` (see `attribute_systems`).
+    fn finish(&self, app: &mut App) {
+        if self.attribute_systems {
+            attribute_systems(app.world_mut());
+        }
     }
 }
 

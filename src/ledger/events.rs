@@ -47,6 +47,15 @@ pub enum LedgerEvent {
         /// Bytes in use, as the arenas last published them.
         used: usize,
     },
+    /// Once a frame, for each tag, with heap tracking in use (a
+    /// [`TrackingAllocator`](crate::TrackingAllocator) counted something): the heap bytes
+    /// live under the tag.
+    HeapPlot {
+        /// The tag.
+        tag: &'static str,
+        /// Heap bytes live (`TagFigures::heap_live`).
+        live: usize,
+    },
     /// A frame ended (only with frame marks on, see `enable_tracy`).
     FrameMark,
 }

@@ -41,6 +41,7 @@
 //! ```
 
 mod events;
+mod heap;
 mod node;
 mod snapshot;
 #[cfg(feature = "tracy")]
@@ -51,6 +52,14 @@ pub use events::{LedgerEvent, record_events, take_recorded_events};
 pub(crate) use node::{
     TagNode, UsedSlot, check_tag, emit_pending_warnings, node, warnings_pending,
 };
+
+/// The heap id of `tag` (made on first use), for code that enters its scope often.
+#[cfg_attr(not(feature = "bevy"), allow(dead_code))]
+pub(crate) fn node_heap_id(tag: &'static str) -> u16 {
+    node(tag).heap_id
+}
+use heap::untagged_heap;
+pub use heap::{TagScope, heap_tracking, scope, set_heap_tracking};
 pub use snapshot::{LedgerSnapshot, TagFigures};
 #[cfg(feature = "tracy")]
 pub use tracy_sink::enable_tracy;
@@ -126,20 +135,39 @@ pub fn clear_budgets(tag: &'static str) {
     node(tag).clear_budgets();
 }
 
-/// Every tag's figures now, and the untagged rest of the global pools. O(tags + arenas
-/// per tag).
+/// Every tag's figures now, and the untagged rest of the global pools and of the heap.
+/// Heap figures count allocation and free calls since the last [`end_frame`]; the heap's
+/// part of each budget is checked here (a crossing is reported by a WARN). O(tags ×
+/// (tags + threads)).
 ///
 /// ```
 /// let snap = nebula_memory::ledger::snapshot();
 /// assert!(snap.total() >= snap.untagged());
 /// ```
 pub fn snapshot() -> LedgerSnapshot {
+    let snap = take_snapshot(false);
     emit_pending_warnings();
+    snap
+}
+
+/// The snapshot; with `frame_end`, starts the next frame's heap call counts too.
+fn take_snapshot(frame_end: bool) -> LedgerSnapshot {
     let nodes = node::all_nodes();
+    // Each tag's own heap counters once, then each tag's subtree sums.
+    let own: Vec<_> = nodes.iter().map(|n| n.own_heap()).collect();
     let rows = nodes
         .iter()
         .map(|n| {
             let r = n.read(&nodes);
+            let mut heap = node::Heap::default();
+            for (c, &(total, allocs, frees)) in nodes.iter().zip(&own) {
+                if c.path == n.path || node::is_below(c.path, n.path) {
+                    heap.live = heap.live.saturating_add(total.live);
+                    heap.allocs = heap.allocs.wrapping_add(allocs);
+                    heap.frees = heap.frees.wrapping_add(frees);
+                }
+            }
+            heap.peak = n.see_heap(heap.live);
             let figures = TagFigures {
                 held: r.held,
                 peak_held: r.peak_held,
@@ -150,16 +178,25 @@ pub fn snapshot() -> LedgerSnapshot {
                 heap_fallbacks: r.heap_fallbacks,
                 warn_budget: r.warn,
                 limit_budget: r.limit,
+                heap_live: heap.live,
+                heap_peak: heap.peak,
+                heap_allocs: heap.allocs,
+                heap_frees: heap.frees,
             };
             (n.path, figures)
         })
         .collect();
+    if frame_end {
+        for (n, &(total, _, _)) in nodes.iter().zip(&own) {
+            n.end_heap_frame(total);
+        }
+    }
     let untagged = global::created_pools()
         .into_iter()
         .flatten()
         .map(|p| p.stats().in_use.saturating_sub(p.charged()))
         .fold(0usize, usize::saturating_add);
-    LedgerSnapshot::new(rows, untagged)
+    LedgerSnapshot::new(rows, untagged, untagged_heap(frame_end))
 }
 
 /// Ends a frame for the ledger: takes a [`snapshot`], sends each tag's held and used bytes
@@ -171,16 +208,25 @@ pub fn snapshot() -> LedgerSnapshot {
 /// assert!(snap.total() >= snap.untagged());
 /// ```
 pub fn end_frame() -> LedgerSnapshot {
-    let snap = snapshot();
+    let snap = take_snapshot(true);
+    let heap = crate::heap::counters::in_use();
     for (tag, f) in snap.tags() {
         send(|| LedgerEvent::Plot {
             tag,
             held: f.held,
             used: f.used,
         });
+        if heap {
+            send(|| LedgerEvent::HeapPlot {
+                tag,
+                live: f.heap_live,
+            });
+        }
     }
     if events::frame_marks() {
         send(|| LedgerEvent::FrameMark);
     }
+    // Told last: the snapshot and the plots are complete.
+    emit_pending_warnings();
     snap
 }

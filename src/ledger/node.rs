@@ -13,6 +13,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use crate::error::AllocError;
+use crate::heap::counters::{self, HeapReading};
 
 /// No budget of this kind.
 const NONE: usize = usize::MAX;
@@ -56,6 +57,21 @@ pub(crate) struct TagNode {
     warn_pending: AtomicBool,
     /// The arenas charging to exactly this tag, for `used`.
     arenas: Mutex<Vec<Weak<UsedSlot>>>,
+    /// This tag's id in the heap counters (`heap::counters`); 0 once the table is full.
+    pub(crate) heap_id: u16,
+    /// Heap bytes live under this tag and its children at the last snapshot: the heap's
+    /// part of the budgets (the heap is counted per thread and summed at snapshots).
+    heap_seen: AtomicUsize,
+    /// The most `heap_seen` ever.
+    heap_peak: AtomicUsize,
+    /// This tag's own allocation and free calls at the last frame end (heap counters are
+    /// totals; a frame's are the difference).
+    heap_allocs_base: AtomicU64,
+    heap_frees_base: AtomicU64,
+    /// Arena and heap bytes together are above `limit` and that was reported: the heap
+    /// cannot be refused, only told about.
+    over_limit: AtomicBool,
+    limit_pending: AtomicBool,
 }
 
 /// Every tag so far. Tags are few and looked up only when an arena is made or a budget
@@ -102,6 +118,13 @@ fn intern(registry: &mut Vec<&'static TagNode>, path: &'static str) -> &'static 
         over_warn: AtomicBool::new(false),
         warn_pending: AtomicBool::new(false),
         arenas: Mutex::new(Vec::new()),
+        heap_id: crate::heap::counters::new_tag_id(),
+        heap_seen: AtomicUsize::new(0),
+        heap_peak: AtomicUsize::new(0),
+        heap_allocs_base: AtomicU64::new(0),
+        heap_frees_base: AtomicU64::new(0),
+        over_limit: AtomicBool::new(false),
+        limit_pending: AtomicBool::new(false),
     }));
     registry.push(node);
     node
@@ -124,6 +147,17 @@ pub(crate) struct Reading {
     pub(crate) heap_fallbacks: u64,
     pub(crate) warn: Option<usize>,
     pub(crate) limit: Option<usize>,
+    pub(crate) heap: Heap,
+}
+
+/// A tag's heap figures at a snapshot (its children's included).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Heap {
+    pub(crate) live: usize,
+    pub(crate) peak: usize,
+    /// Allocation and free calls since the last frame end.
+    pub(crate) allocs: u64,
+    pub(crate) frees: u64,
 }
 
 fn budget(v: usize) -> Option<usize> {
@@ -171,7 +205,10 @@ impl TagNode {
             // charges (pool or heap, any thread) come in the same instant, the one that
             // takes `total` past the limit sees it and is refused.
             let was = n.total.fetch_add(bytes, Relaxed);
-            let now = was.saturating_add(bytes);
+            // The heap's part is as of the last snapshot: it cannot be refused itself,
+            // but it leaves the tag's arenas less room.
+            let heap_part = n.heap_seen.load(Relaxed);
+            let now = was.saturating_add(bytes).saturating_add(heap_part);
             let limit = n.limit.load(Relaxed);
             if now > limit {
                 n.total.fetch_sub(bytes, Relaxed);
@@ -183,7 +220,7 @@ impl TagNode {
                     tag: n.path,
                     budget: limit,
                     requested: bytes,
-                    held: was,
+                    held: was.saturating_add(heap_part),
                 });
             }
             if heap { &n.heap_held } else { &n.held }.fetch_add(bytes, Relaxed);
@@ -217,7 +254,10 @@ impl TagNode {
                 n.blocks_taken.fetch_add(1, Relaxed);
                 n.peak_held.fetch_max(n.held.load(Relaxed), Relaxed);
             }
-            let total = n.total.load(Relaxed);
+            let total = n
+                .total
+                .load(Relaxed)
+                .saturating_add(n.heap_seen.load(Relaxed));
             if total > n.warn.load(Relaxed) && !n.over_warn.swap(true, Relaxed) {
                 n.warn_pending.store(true, Relaxed);
                 ANY_WARN_PENDING.store(true, Relaxed);
@@ -234,7 +274,7 @@ impl TagNode {
             if !heap {
                 n.blocks_returned.fetch_add(1, Relaxed);
             }
-            if total <= n.warn.load(Relaxed) {
+            if total.saturating_add(n.heap_seen.load(Relaxed)) <= n.warn.load(Relaxed) {
                 n.over_warn.store(false, Relaxed);
             }
         }
@@ -266,7 +306,48 @@ impl TagNode {
             heap_fallbacks: self.heap_fallbacks.load(Relaxed),
             warn: budget(self.warn.load(Relaxed)),
             limit: budget(self.limit.load(Relaxed)),
+            heap: Heap::default(),
         }
+    }
+
+    /// This tag's own heap counters (not its children's): totals, and this frame's calls.
+    pub(crate) fn own_heap(&self) -> (HeapReading, u64, u64) {
+        let r = counters::read(self.heap_id);
+        let allocs = counters::calls_since(r.allocs, self.heap_allocs_base.load(Relaxed));
+        let frees = counters::calls_since(r.frees, self.heap_frees_base.load(Relaxed));
+        (r, allocs, frees)
+    }
+
+    /// Records the heap bytes a snapshot found under this tag (its children's included):
+    /// the peak, and the heap's part of the budgets, whose crossings are checked here (a
+    /// crossing waits to be reported, like an arena's).
+    pub(crate) fn see_heap(&self, live: usize) -> usize {
+        self.heap_seen.store(live, Relaxed);
+        let peak = self.heap_peak.fetch_max(live, Relaxed).max(live);
+        let total = self.total.load(Relaxed).saturating_add(live);
+        if total > self.warn.load(Relaxed) {
+            if !self.over_warn.swap(true, Relaxed) {
+                self.warn_pending.store(true, Relaxed);
+                ANY_WARN_PENDING.store(true, Relaxed);
+            }
+        } else {
+            self.over_warn.store(false, Relaxed);
+        }
+        if total > self.limit.load(Relaxed) {
+            if !self.over_limit.swap(true, Relaxed) {
+                self.limit_pending.store(true, Relaxed);
+                ANY_WARN_PENDING.store(true, Relaxed);
+            }
+        } else {
+            self.over_limit.store(false, Relaxed);
+        }
+        peak
+    }
+
+    /// Starts a new frame of heap calls for this tag (at a frame end).
+    pub(crate) fn end_heap_frame(&self, own: HeapReading) {
+        self.heap_allocs_base.store(own.allocs, Relaxed);
+        self.heap_frees_base.store(own.frees, Relaxed);
     }
 }
 
@@ -290,15 +371,31 @@ pub(crate) fn emit_pending_warnings() {
         return;
     }
     for n in all_nodes() {
+        let heap = n.heap_seen.load(Relaxed);
+        let held = n.total.load(Relaxed).saturating_add(heap);
+        let tag = n.path;
         if n.warn_pending.swap(false, Relaxed) {
-            let held = n.total.load(Relaxed);
             let budget = n.warn.load(Relaxed);
-            let tag = n.path;
             tracing::warn!(
                 tag,
                 held,
+                heap,
                 budget,
-                "memory tag '{tag}' holds {held} bytes, over its warn budget of {budget} bytes"
+                "memory tag '{tag}' holds {held} bytes ({heap} of them heap), over its warn \
+                 budget of {budget} bytes"
+            );
+        }
+        if n.limit_pending.swap(false, Relaxed) {
+            let budget = n.limit.load(Relaxed);
+            tracing::warn!(
+                tag,
+                held,
+                heap,
+                budget,
+                "memory tag '{tag}' holds {held} bytes ({heap} of them heap), over its hard \
+                 limit of {budget} bytes: heap allocations are never refused (a global \
+                 allocator that refuses aborts the program); its arenas' blocks are, until \
+                 it is back under the limit"
             );
         }
     }

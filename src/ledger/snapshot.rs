@@ -25,7 +25,9 @@ pub struct TagFigures {
     /// the frame that ended) and whenever it takes a block. The bump path publishes
     /// nothing, so an arena that is never reset shows its use as of its last new block.
     pub used: usize,
-    /// Bytes of heap-fallback blocks charged now (not in `held`: they are not pool memory).
+    /// Bytes of arena blocks taken from the system heap because the pool was exhausted
+    /// (heap fallback), charged now (not in `held`: they are not pool memory; not in
+    /// `heap_live` either: the crate takes them from the system allocator directly).
     pub heap_held: usize,
     /// Pool blocks taken, ever.
     pub blocks_taken: u64,
@@ -37,6 +39,19 @@ pub struct TagFigures {
     pub warn_budget: Option<usize>,
     /// The hard budget in bytes held (pool and heap), if set.
     pub limit_budget: Option<usize>,
+    /// Heap bytes allocated under the tag (and its children) through the
+    /// [`TrackingAllocator`](crate::TrackingAllocator) and not yet freed, at the snapshot.
+    /// Not in `held` or `heap_held`: each byte is counted once.
+    pub heap_live: usize,
+    /// The most `heap_live` seen at a snapshot (the heap is counted per thread and summed
+    /// when a snapshot is taken, so a peak inside a frame shows in `heap_allocs`, not
+    /// here).
+    pub heap_peak: usize,
+    /// Heap allocation calls (`alloc`, `realloc`) under the tag since the last frame end
+    /// ([`end_frame`](super::end_frame)).
+    pub heap_allocs: u64,
+    /// Heap free calls of allocations made under the tag since the last frame end.
+    pub heap_frees: u64,
 }
 
 /// One row of a snapshot.
@@ -66,10 +81,15 @@ struct Row {
 pub struct LedgerSnapshot {
     rows: Vec<Row>,
     untagged: usize,
+    untagged_heap: TagFigures,
 }
 
 impl LedgerSnapshot {
-    pub(crate) fn new(mut rows: Vec<(&'static str, TagFigures)>, untagged: usize) -> Self {
+    pub(crate) fn new(
+        mut rows: Vec<(&'static str, TagFigures)>,
+        untagged: usize,
+        untagged_heap: TagFigures,
+    ) -> Self {
         // Tree order is the order of the paths with '/' sorting before every other
         // character, which sorting by segments gives.
         rows.sort_by(|a, b| a.0.split('/').cmp(b.0.split('/')));
@@ -83,6 +103,7 @@ impl LedgerSnapshot {
                 })
                 .collect(),
             untagged,
+            untagged_heap,
         }
     }
 
@@ -101,6 +122,24 @@ impl LedgerSnapshot {
     /// blocks taken with `MemoryPool::allocate_block` directly.
     pub fn untagged(&self) -> usize {
         self.untagged
+    }
+
+    /// The heap allocated outside every [`scope`](super::scope) (only the `heap_*` fields
+    /// are set): with a [`TrackingAllocator`](crate::TrackingAllocator), the `(untagged
+    /// heap)` line.
+    pub fn untagged_heap(&self) -> TagFigures {
+        self.untagged_heap
+    }
+
+    /// Heap bytes live under the top-level tags together, plus the untagged heap: every
+    /// byte the [`TrackingAllocator`](crate::TrackingAllocator) has handed out and not
+    /// got back.
+    pub fn heap_total(&self) -> usize {
+        self.rows
+            .iter()
+            .filter(|r| r.depth == 0)
+            .map(|r| r.figures.heap_live)
+            .fold(self.untagged_heap.heap_live, usize::saturating_add)
     }
 
     /// Bytes held by the top-level tags together, plus [`untagged`](Self::untagged): the
@@ -128,12 +167,14 @@ impl LedgerSnapshot {
         writeln!(
             w,
             "frame,tag,depth,held_bytes,peak_held_bytes,used_bytes,heap_held_bytes,\
-             blocks_taken,blocks_returned,heap_fallbacks,warn_budget_bytes,limit_budget_bytes"
+             blocks_taken,blocks_returned,heap_fallbacks,warn_budget_bytes,limit_budget_bytes,\
+             heap_live_bytes,heap_peak_bytes,heap_allocs,heap_frees"
         )
     }
 
-    /// Writes one row per tag, then one for the untagged rest (tag `(untagged)`), all with
-    /// `frame` in the first column. A tag with a comma or a quote in it is quoted.
+    /// Writes one row per tag, then one for the untagged rest of the pools (tag
+    /// `(untagged)`) and one for the untagged heap (`(untagged heap)`), all with `frame` in
+    /// the first column. A tag with a comma or a quote in it is quoted.
     ///
     /// # Errors
     /// The writer's.
@@ -151,7 +192,7 @@ impl LedgerSnapshot {
             let f = &r.figures;
             writeln!(
                 w,
-                "{frame},{},{},{},{},{},{},{},{},{},{},{}",
+                "{frame},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 csv_field(r.tag),
                 r.depth,
                 f.held,
@@ -162,10 +203,20 @@ impl LedgerSnapshot {
                 f.blocks_returned,
                 f.heap_fallbacks,
                 opt(f.warn_budget),
-                opt(f.limit_budget)
+                opt(f.limit_budget),
+                f.heap_live,
+                f.heap_peak,
+                f.heap_allocs,
+                f.heap_frees
             )?;
         }
-        writeln!(w, "{frame},(untagged),0,{},,,,,,,,", self.untagged)
+        writeln!(w, "{frame},(untagged),0,{},,,,,,,,,,,,", self.untagged)?;
+        let h = &self.untagged_heap;
+        writeln!(
+            w,
+            "{frame},(untagged heap),0,,,,,,,,,,{},{},{},{}",
+            h.heap_live, h.heap_peak, h.heap_allocs, h.heap_frees
+        )
     }
 }
 
@@ -200,18 +251,49 @@ impl fmt::Display for Bytes {
 
 impl fmt::Display for LedgerSnapshot {
     /// A tree table: one line per tag, children indented under their parent, then the
-    /// untagged rest and the total.
+    /// untagged rest and the total. Arena columns: bytes of pool blocks held, their peak,
+    /// the bytes the arenas used in them (as last published), heap-fallback blocks, pool
+    /// blocks taken and returned (counts). With a
+    /// [`TrackingAllocator`](crate::TrackingAllocator), heap columns follow: bytes live,
+    /// their peak, and this frame's allocation and free calls.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = |r: &Row| {
             let leaf = r.tag.rsplit('/').next().unwrap_or(r.tag);
             format!("{}{leaf}", "  ".repeat(r.depth))
         };
-        let width = self.rows.iter().map(|r| name(r).len()).fold(10, usize::max);
-        writeln!(
+        let heap = self.heap_total() > 0 || self.untagged_heap.heap_allocs > 0;
+        let width = self.rows.iter().map(|r| name(r).len()).fold(15, usize::max);
+        let heap_cols = |x: &TagFigures| {
+            if heap {
+                format!(
+                    " {:>10} {:>10} {:>7} {:>7}",
+                    Bytes(x.heap_live),
+                    Bytes(x.heap_peak),
+                    x.heap_allocs,
+                    x.heap_frees
+                )
+            } else {
+                String::new()
+            }
+        };
+        write!(f, "{:<width$} {:-^62}", "", " arena blocks (pool memory) ")?;
+        if heap {
+            write!(f, " {:-^37}", " heap (this frame) ")?;
+        }
+        writeln!(f)?;
+        write!(
             f,
-            "{:<width$} {:>10} {:>10} {:>10} {:>9} {:>7} {:>8}  budget",
-            "tag", "held", "peak", "used", "heap", "taken", "returned"
+            "{:<width$} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}",
+            "tag", "held", "peak held", "used", "fallback", "taken", "returned"
         )?;
+        if heap {
+            write!(
+                f,
+                " {:>10} {:>10} {:>7} {:>7}",
+                "live", "peak", "allocs", "frees"
+            )?;
+        }
+        writeln!(f, "  budget")?;
         for r in &self.rows {
             let x = &r.figures;
             let budget = match (x.warn_budget, x.limit_budget) {
@@ -222,7 +304,7 @@ impl fmt::Display for LedgerSnapshot {
             };
             writeln!(
                 f,
-                "{:<width$} {:>10} {:>10} {:>10} {:>9} {:>7} {:>8}  {budget}",
+                "{:<width$} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}{}  {budget}",
                 name(r),
                 Bytes(x.held),
                 Bytes(x.peak_held),
@@ -230,9 +312,24 @@ impl fmt::Display for LedgerSnapshot {
                 Bytes(x.heap_held),
                 x.blocks_taken,
                 x.blocks_returned,
+                heap_cols(x),
             )?;
         }
         writeln!(f, "{:<width$} {:>10}", "(untagged)", Bytes(self.untagged))?;
-        write!(f, "{:<width$} {:>10}", "total", Bytes(self.total()))
+        if heap {
+            let blank = "";
+            writeln!(
+                f,
+                "{:<width$} {blank:>10} {blank:>10} {blank:>10} {blank:>9} {blank:>9} \
+                 {blank:>9}{}",
+                "(untagged heap)",
+                heap_cols(&self.untagged_heap)
+            )?;
+        }
+        write!(f, "{:<width$} {:>10}", "total", Bytes(self.total()))?;
+        if heap {
+            write!(f, "  (heap {})", Bytes(self.heap_total()))?;
+        }
+        Ok(())
     }
 }

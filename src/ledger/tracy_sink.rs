@@ -24,6 +24,7 @@ struct Names {
     pool: &'static CString,
     held: PlotName,
     used: PlotName,
+    heap: PlotName,
 }
 
 static NAMES: Mutex<Option<HashMap<&'static str, Names>>> = Mutex::new(None);
@@ -58,15 +59,18 @@ fn with_names<R>(tag: &'static str, f: impl FnOnce(&Names) -> R) -> R {
         let pool = CString::new(tag).unwrap_or_else(|_| c"nebula_memory tag".to_owned());
         let held = PlotName::new_leak(format!("{tag} held"));
         let used = PlotName::new_leak(format!("{tag} used"));
+        let heap = PlotName::new_leak(format!("{tag} heap"));
         if let Some(client) = Client::running() {
             let memory = PlotConfiguration::default().format(PlotFormat::Memory);
             client.plot_config(held, memory.clone());
-            client.plot_config(used, memory);
+            client.plot_config(used, memory.clone());
+            client.plot_config(heap, memory);
         }
         Names {
             pool: Box::leak(Box::new(pool)),
             held,
             used,
+            heap,
         }
     });
     f(names)
@@ -106,6 +110,9 @@ pub(crate) fn receive(event: &LedgerEvent) {
         LedgerEvent::Plot { tag, held, used } => with_names(tag, |n| {
             client.plot(n.held, held as f64);
             client.plot(n.used, used as f64);
+        }),
+        LedgerEvent::HeapPlot { tag, live } => with_names(tag, |n| {
+            client.plot(n.heap, live as f64);
         }),
         LedgerEvent::FrameMark => client.frame_mark(),
     }

@@ -1,0 +1,124 @@
+//! Heap scopes: which tag the calling thread's heap allocations are charged to (with a
+//! [`TrackingAllocator`](crate::TrackingAllocator) as the global allocator), and the
+//! untagged line.
+
+use std::marker::PhantomData;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::node::{check_tag, node};
+use super::snapshot::TagFigures;
+use crate::heap::counters::{self, UNTAGGED};
+
+/// Charges the calling thread's heap allocations to `tag` until the returned guard is
+/// dropped (then the tag that was current before is again). Scopes nest; a free is always
+/// credited to the tag its allocation was made under, on whichever thread and in whatever
+/// scope. Needs a [`TrackingAllocator`](crate::TrackingAllocator) as the global allocator
+/// to count anything. O(tags) (the tag is looked up; made on first use).
+///
+/// The guard is neither `Send` nor `Sync`: the scope belongs to the thread that entered it.
+/// In Bevy, `MemoryPlugin` enters a scope `systems/<name>` around every system run; work
+/// a system hands to other threads (a `par_iter` body) runs in those threads' scopes,
+/// which `par_iter().for_each_init(|| ledger::scope(..), ..)` sets per batch.
+///
+/// # Panics
+/// If `tag` is not a `/`-separated path of non-empty segments.
+///
+/// ```
+/// use nebula_memory::ledger;
+/// let outer = ledger::scope("doc/scope/ai");
+/// {
+///     let _inner = ledger::scope("doc/scope/ai/pathfinding");
+///     // allocations here are charged to doc/scope/ai/pathfinding
+/// }
+/// // ... and here to doc/scope/ai again
+/// drop(outer);
+/// ```
+#[track_caller]
+pub fn scope(tag: &'static str) -> TagScope {
+    check_tag("ledger::scope", tag);
+    TagScope::enter_id(node(tag).heap_id)
+}
+
+/// A heap scope's guard, from [`scope`]: dropping it makes the tag that was current before
+/// current again.
+///
+/// ```compile_fail
+/// // A scope belongs to the thread that entered it.
+/// let scope = nebula_memory::ledger::scope("doc/scope/moved");
+/// std::thread::spawn(move || drop(scope));
+/// ```
+#[must_use = "the scope ends when the guard is dropped"]
+pub struct TagScope {
+    previous: u16,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl TagScope {
+    /// Enters the scope of a tag's heap id (a tag looked up beforehand).
+    pub(crate) fn enter_id(id: u16) -> TagScope {
+        TagScope {
+            previous: counters::set_tag(id),
+            _not_send: PhantomData,
+        }
+    }
+}
+
+impl Drop for TagScope {
+    fn drop(&mut self) {
+        counters::set_tag(self.previous);
+    }
+}
+
+impl std::fmt::Debug for TagScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TagScope").finish_non_exhaustive()
+    }
+}
+
+/// Turns heap tracking on (the default) or off, process-wide, for allocations made from
+/// now on: off, the [`TrackingAllocator`](crate::TrackingAllocator) counts nothing (frees
+/// of allocations made while it was on are still credited). O(1).
+///
+/// ```
+/// nebula_memory::ledger::set_heap_tracking(false);
+/// assert!(!nebula_memory::ledger::heap_tracking());
+/// nebula_memory::ledger::set_heap_tracking(true);
+/// ```
+pub fn set_heap_tracking(on: bool) {
+    counters::set_on(on);
+}
+
+/// Whether heap tracking is on (see [`set_heap_tracking`]). O(1).
+///
+/// ```
+/// let _on = nebula_memory::ledger::heap_tracking();
+/// ```
+pub fn heap_tracking() -> bool {
+    counters::is_on()
+}
+
+/// The untagged line's calls at the last frame end.
+static UNTAGGED_ALLOCS_BASE: AtomicU64 = AtomicU64::new(0);
+static UNTAGGED_FREES_BASE: AtomicU64 = AtomicU64::new(0);
+static UNTAGGED_PEAK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The heap allocated outside every scope, as figures; with `frame_end`, starts its next
+/// frame of calls.
+pub(super) fn untagged_heap(frame_end: bool) -> TagFigures {
+    let r = counters::read(UNTAGGED);
+    let allocs = counters::calls_since(r.allocs, UNTAGGED_ALLOCS_BASE.load(Relaxed));
+    let frees = counters::calls_since(r.frees, UNTAGGED_FREES_BASE.load(Relaxed));
+    if frame_end {
+        UNTAGGED_ALLOCS_BASE.store(r.allocs, Relaxed);
+        UNTAGGED_FREES_BASE.store(r.frees, Relaxed);
+    }
+    let peak = UNTAGGED_PEAK.fetch_max(r.live, Relaxed).max(r.live);
+    TagFigures {
+        heap_live: r.live,
+        heap_peak: peak,
+        heap_allocs: allocs,
+        heap_frees: frees,
+        ..TagFigures::default()
+    }
+}

@@ -1,0 +1,314 @@
+//! The ledger following the global allocator: a `TrackingAllocator` is this binary's
+//! global allocator, so every heap allocation of the process is charged to the calling
+//! thread's scope (or the untagged line). Each test uses tags of its own; figures are
+//! compared as differences, since the harness allocates too.
+
+mod common;
+
+use std::alloc::System;
+use std::sync::Mutex;
+
+use nebula_memory::ledger::{self, Budget};
+use nebula_memory::{AllocError, Arena, ArenaConfig, MemoryArena, MemoryPool, TrackingAllocator};
+
+#[global_allocator]
+static HEAP: TrackingAllocator = TrackingAllocator::new(System);
+
+/// Tests that end ledger frames (which restart every tag's call counts) or wait for a
+/// budget WARN (told on whichever thread reports next) run one at a time.
+static FRAMES: Mutex<()> = Mutex::new(());
+
+fn frames() -> std::sync::MutexGuard<'static, ()> {
+    FRAMES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn heap_live(tag: &str) -> usize {
+    ledger::snapshot().tag(tag).map_or(0, |f| f.heap_live)
+}
+
+#[test]
+fn a_scope_charges_its_tag_and_its_parents_and_a_free_anywhere_credits_it() {
+    let v = {
+        let _s = ledger::scope("ht/basic/leaf");
+        vec![7u8; 100_000]
+    };
+    let snap = ledger::snapshot();
+    let (leaf, parent) = (
+        snap.tag("ht/basic/leaf").unwrap(),
+        snap.tag("ht/basic").unwrap(),
+    );
+    assert!(leaf.heap_live >= 100_000, "{leaf:?}");
+    assert_eq!(
+        parent.heap_live, leaf.heap_live,
+        "a parent includes its children"
+    );
+    // Freed on another thread, in another scope: credited to the tag it was made under.
+    std::thread::spawn(move || {
+        let _other = ledger::scope("ht/basic/other");
+        drop(v);
+    })
+    .join()
+    .unwrap();
+    assert!(heap_live("ht/basic/leaf") < 100_000);
+    assert!(heap_live("ht/basic/other") < 100_000);
+}
+
+#[test]
+fn scopes_nest_and_restore_the_outer_tag() {
+    let _outer = ledger::scope("ht/nest/outer");
+    let inner_bytes = {
+        let _inner = ledger::scope("ht/nest/outer/inner");
+        vec![0u64; 10_000]
+    };
+    let outer_bytes = vec![0u64; 20_000]; // back in the outer scope
+    let snap = ledger::snapshot();
+    let inner = snap.tag("ht/nest/outer/inner").unwrap().heap_live;
+    let outer = snap.tag("ht/nest/outer").unwrap().heap_live;
+    assert!((80_000..160_000).contains(&inner), "inner {inner}");
+    assert!(
+        outer >= inner + 160_000,
+        "outer {outer} includes the inner and its own"
+    );
+    drop((inner_bytes, outer_bytes));
+}
+
+#[test]
+fn a_thread_that_exits_with_live_allocations_leaves_them_charged_until_freed() {
+    let kept = std::thread::spawn(|| {
+        let _s = ledger::scope("ht/exit");
+        vec![1u32; 50_000]
+    })
+    .join()
+    .unwrap();
+    assert!(heap_live("ht/exit") >= 200_000);
+    drop(kept);
+    assert!(heap_live("ht/exit") < 200_000);
+}
+
+#[test]
+fn a_frame_counts_its_allocation_and_free_calls() {
+    let _frames = frames();
+    ledger::end_frame();
+    {
+        let _s = ledger::scope("ht/calls");
+        for i in 0..10 {
+            drop(vec![i as u8; 1000]);
+        }
+    }
+    let f = ledger::end_frame().tag("ht/calls").unwrap();
+    assert_eq!((f.heap_allocs, f.heap_frees), (10, 10), "{f:?}");
+    let f = ledger::end_frame().tag("ht/calls").unwrap();
+    assert_eq!(
+        (f.heap_allocs, f.heap_frees),
+        (0, 0),
+        "a new frame starts at zero"
+    );
+}
+
+#[test]
+fn allocations_outside_every_scope_land_on_the_untagged_line() {
+    let before = ledger::snapshot().untagged_heap().heap_live;
+    let v = vec![0u8; 1 << 20];
+    let snap = ledger::snapshot();
+    assert!(snap.untagged_heap().heap_live >= before + (1 << 20) - (64 << 10));
+    assert!(snap.heap_total() >= 1 << 20);
+    let text = snap.to_string();
+    assert!(text.contains("(untagged heap)"), "{text}");
+    drop(v);
+}
+
+#[test]
+fn pool_blocks_and_heap_fallback_blocks_are_not_heap() {
+    let pool = MemoryPool::new("ht-fallback", 64 << 10).unwrap();
+    let _s = ledger::scope("ht/fallback");
+    let before = heap_live("ht/fallback");
+    let arena = MemoryArena::with_config(
+        &pool,
+        ArenaConfig::default()
+            .heap_fallback(true)
+            .tag("ht/fallback/arena"),
+    );
+    arena.alloc_slice(1 << 20, 0u8); // past the pool: a heap-fallback block
+    let snap = ledger::snapshot();
+    let f = snap.tag("ht/fallback/arena").unwrap();
+    assert!(f.heap_held >= 1 << 20, "{f:?}");
+    let heap = snap.tag("ht/fallback").unwrap().heap_live;
+    assert!(
+        heap < before + (64 << 10),
+        "the fallback block was counted as heap too: {heap} (before {before})"
+    );
+}
+
+/// Every event's fields as text, from every thread (a crossing is told on whichever thread
+/// reports next): a process-wide subscriber, installed once.
+static EVENTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn record_events_everywhere() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let sub = common::OnEvent(|e: &tracing::Event<'_>| {
+            struct Text(String);
+            impl tracing::field::Visit for Text {
+                fn record_debug(&mut self, _: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    self.0.push_str(&format!("{v:?} "));
+                }
+            }
+            let mut t = Text(String::new());
+            e.record(&mut t);
+            EVENTS.lock().unwrap_or_else(|e| e.into_inner()).push(t.0);
+        });
+        tracing::subscriber::set_global_default(sub).unwrap();
+    });
+}
+
+/// What `f` returns, and the events about `tag` told (on any thread) while it ran.
+fn warnings_about<R>(tag: &'static str, f: impl FnOnce() -> R) -> (R, Vec<String>) {
+    record_events_everywhere();
+    let from = EVENTS.lock().unwrap_or_else(|e| e.into_inner()).len();
+    let r = f();
+    let events = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
+    let about = events[from..]
+        .iter()
+        .filter(|t| t.contains(tag))
+        .cloned()
+        .collect();
+    (r, about)
+}
+
+#[test]
+fn a_warn_budget_counts_heap_bytes() {
+    let _frames = frames();
+    ledger::set_budget("ht/warn", Budget::Warn(1 << 20));
+    let _s = ledger::scope("ht/warn");
+    let (big, warned) = warnings_about("ht/warn", || {
+        let big = vec![0u8; 2 << 20];
+        ledger::snapshot();
+        big
+    });
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains("warn budget"), "{warned:?}");
+    let ((), again) = warnings_about("ht/warn", || {
+        ledger::snapshot();
+    });
+    assert!(again.is_empty(), "one WARN per crossing: {again:?}");
+    drop(big);
+}
+
+#[test]
+fn a_limit_never_refuses_the_heap_but_reports_it_and_leaves_the_arenas_less_room() {
+    let _frames = frames();
+    const LIMIT: usize = 4 << 20;
+    ledger::set_budget("ht/limit", Budget::Limit(LIMIT));
+    let _s = ledger::scope("ht/limit");
+    // The heap is never refused: this goes past the limit.
+    let (big, warned) = warnings_about("ht/limit", || {
+        let big = vec![1u8; LIMIT + (1 << 20)];
+        ledger::snapshot();
+        big
+    });
+    assert!(
+        warned.iter().any(|w| w.contains("never refused")),
+        "{warned:?}"
+    );
+    // Arena blocks of the tag are refused while the heap keeps it over the limit.
+    let pool = MemoryPool::new("ht-limit", 16 << 20).unwrap();
+    let arena = MemoryArena::with_config(&pool, ArenaConfig::default().tag("ht/limit/arena"));
+    let refused = arena.try_alloc_slice_copy(&[0u8; 1024]).unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            AllocError::OverBudget {
+                tag: "ht/limit",
+                ..
+            }
+        ),
+        "{refused}"
+    );
+    drop(big);
+    ledger::snapshot(); // the heap's part is read again
+    assert!(arena.try_alloc_slice_copy(&[0u8; 1024]).is_ok());
+    ledger::clear_budgets("ht/limit");
+}
+
+#[test]
+fn csv_rows_carry_the_heap_columns_and_an_untagged_heap_row() {
+    let _s = ledger::scope("ht/csv");
+    let v = vec![0u8; 4096];
+    let mut out = Vec::new();
+    ledger::LedgerSnapshot::write_csv_header(&mut out).unwrap();
+    ledger::snapshot().write_csv_rows(&mut out, 3).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    assert_eq!(
+        &header[12..],
+        [
+            "heap_live_bytes",
+            "heap_peak_bytes",
+            "heap_allocs",
+            "heap_frees"
+        ]
+    );
+    let row = text.lines().find(|l| l.starts_with("3,ht/csv,")).unwrap();
+    let live: usize = row.split(',').nth(12).unwrap().parse().unwrap();
+    assert!(live >= 4096, "{row}");
+    assert!(text.lines().any(|l| l.starts_with("3,(untagged heap),")));
+    drop(v);
+}
+
+#[cfg(feature = "bevy")]
+mod bevy_systems {
+    use bevy_app::{App, Update};
+    use bevy_ecs::prelude::*;
+    use nebula_memory::bevy::{MemoryLedger, MemoryPlugin};
+    use nebula_memory::ledger;
+
+    #[derive(Resource, Default)]
+    struct Kept(Vec<Vec<u64>>);
+
+    fn allocating_system(mut kept: ResMut<Kept>) {
+        kept.0.push(vec![0u64; 1000]); // 8 KB a frame, kept
+        drop(vec![0u8; 100]); // and one freed at once
+    }
+
+    fn quiet_system(mut n: Local<u32>) {
+        *n += 1;
+    }
+
+    /// With the plugin and the tracking allocator, each system's heap allocations are
+    /// charged to `systems/<name>` with no change to the systems.
+    #[test]
+    fn each_systems_heap_is_charged_to_it() {
+        let _frames = super::frames();
+        let mut app = App::new();
+        app.add_plugins(MemoryPlugin::default())
+            .init_resource::<Kept>()
+            .add_systems(Update, (allocating_system, quiet_system));
+        for _ in 0..10 {
+            app.update();
+        }
+        let snap = ledger::snapshot();
+        let busy = snap
+            .tag("systems/allocating_system")
+            .expect("a line for the system");
+        assert!(busy.heap_live >= 10 * 8000, "{busy:?}");
+        let quiet = snap
+            .tag("systems/quiet_system")
+            .expect("a line for every system");
+        assert_eq!(quiet.heap_live, 0, "{quiet:?}");
+        // The last frame's calls, from the plugin's snapshot at the frame's end: the kept
+        // vector, the dropped one, and the outer vector's growth now and then.
+        let frame = app.world().resource::<MemoryLedger>();
+        let f = frame.tag("systems/allocating_system").unwrap();
+        assert!(f.heap_allocs >= 2 && f.heap_frees >= 1, "{f:?}");
+        // Systems added after the app started are charged too.
+        fn late_system(mut kept: ResMut<Kept>) {
+            kept.0.push(vec![0u64; 500]);
+        }
+        app.add_systems(Update, late_system);
+        app.update();
+        let late = ledger::snapshot()
+            .tag("systems/late_system")
+            .map(|f| f.heap_live);
+        assert!(late.is_some_and(|b| b >= 4000), "{late:?}");
+    }
+}
