@@ -16,6 +16,14 @@ fn tagged<'p>(pool: &'p MemoryPool, tag: &'static str) -> MemoryArena<'p> {
     MemoryArena::with_config(pool, ArenaConfig::default().tag(tag))
 }
 
+/// Tests that read the recorder (which one `take_recorded_events` drains for every test) or
+/// hold a Tracy guard (the receiver is on while any guard is alive) run one at a time.
+static EVENTS: Mutex<()> = Mutex::new(());
+
+fn serial_events() -> std::sync::MutexGuard<'static, ()> {
+    EVENTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn held(tag: &str) -> usize {
     ledger::snapshot().tag(tag).map_or(0, |f| f.held)
 }
@@ -257,6 +265,7 @@ fn a_warn_budget_warns_once_per_crossing() {
 )]
 fn the_event_sequence_of_take_grow_reset_and_trim() {
     const TAG: &str = "t6/events";
+    let _serial = serial_events();
     let pool = common::pool("ledger-events");
     ledger::record_events(true);
     let mine = || -> Vec<LedgerEvent> {
@@ -479,14 +488,19 @@ proptest! {
 #[test]
 fn the_tracy_client_takes_the_events() {
     const TAG: &str = "t10/tracy";
-    ledger::enable_tracy(false);
+    let _serial = serial_events();
+    let tracy = ledger::enable_tracy(false);
     ledger::record_events(true);
     let pool = common::pool("ledger-tracy");
     let mut arena = tagged(&pool, TAG);
+    let sent = ledger::tracy_events_sent();
     arena.alloc_slice(200 * KIB, 1u8);
     arena.reset();
     let snap = ledger::end_frame();
     drop(arena);
+    // Blocks taken (at least two: the growth), a plot, the blocks given back: all sent.
+    assert!(ledger::tracy_events_sent() >= sent + 4);
+    drop(tracy);
     let events: Vec<LedgerEvent> = ledger::take_recorded_events()
         .into_iter()
         .filter(|e| match e {
@@ -510,4 +524,109 @@ fn the_tracy_client_takes_the_events() {
         held: snap.tag(TAG).unwrap().held,
         used: 200 * KIB,
     }));
+}
+
+/// The receiver stays on while any guard is alive; once the last is dropped nothing more
+/// goes to Tracy: not the blocks of arenas that outlived the guard, of new arenas or of the
+/// global scratch arenas, not a frame's plots. The ledger and the recorder still see them.
+#[cfg(feature = "tracy")]
+#[test]
+fn nothing_goes_to_tracy_after_the_last_guard() {
+    const TAG: &str = "t11/tracy_off";
+    let _serial = serial_events();
+    let pool = common::pool("ledger-tracy-off");
+    let outlives = tagged(&pool, TAG);
+    let first = ledger::enable_tracy(false);
+    let second = ledger::enable_tracy(false);
+    assert!(!first.wait_for_profiler(std::time::Duration::ZERO)); // no profiler in tests
+    let sent = ledger::tracy_events_sent();
+    outlives.alloc_slice(100 * KIB, 1u8);
+    assert!(ledger::tracy_events_sent() > sent);
+
+    drop(first); // one guard left: still on
+    let sent = ledger::tracy_events_sent();
+    let other = tagged(&pool, TAG);
+    other.alloc_slice(100 * KIB, 1u8);
+    assert!(ledger::tracy_events_sent() > sent);
+
+    drop(second);
+    let at_drop = ledger::tracy_events_sent();
+    let at_drop_figures = ledger::snapshot().tag(TAG).unwrap();
+    ledger::record_events(true);
+    drop(other);
+    drop(outlives);
+    let late = tagged(&pool, TAG);
+    late.alloc_slice(300 * KIB, 1u8);
+    drop(late);
+    nebula_memory::with_scratch(|s| {
+        s.alloc_slice(512 * KIB, 0u8);
+    });
+    ledger::end_frame();
+    assert_eq!(
+        ledger::tracy_events_sent(),
+        at_drop,
+        "sent to Tracy after the guards"
+    );
+    let f = ledger::snapshot().tag(TAG).unwrap();
+    assert!(f.blocks_taken > at_drop_figures.blocks_taken);
+    assert_eq!((f.blocks_returned, f.held), (f.blocks_taken, 0));
+    let returned = ledger::take_recorded_events()
+        .into_iter()
+        .filter(|e| matches!(e, LedgerEvent::BlockReturned { tag: TAG, .. }))
+        .count() as u64;
+    assert_eq!(
+        returned,
+        f.blocks_returned - at_drop_figures.blocks_returned,
+        "the recorder still sees every block"
+    );
+}
+
+/// Dropping the last guard waits for events being sent on other threads: when the drop
+/// returns, the count of events sent to Tracy no longer moves, however busy they are.
+/// Two threads take and give back blocks without pause while the guard comes and goes
+/// 200 times.
+#[cfg(feature = "tracy")]
+#[test]
+fn dropping_the_guard_waits_for_events_in_flight() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const TAG: &str = "t12/tracy_busy";
+    let _serial = serial_events();
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let pool = common::pool("ledger-tracy-busy");
+                let mut rounds = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let arena = tagged(&pool, TAG);
+                    arena.alloc_slice(64 * KIB, 1u8); // a block taken...
+                    drop(arena); // ...and given back
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+    let mut late = 0;
+    for _ in 0..200 {
+        let tracy = ledger::enable_tracy(false);
+        let sent = ledger::tracy_events_sent();
+        while ledger::tracy_events_sent() < sent + 4 {
+            std::thread::yield_now();
+        }
+        drop(tracy);
+        let at_drop = ledger::tracy_events_sent();
+        std::thread::sleep(std::time::Duration::from_micros(200));
+        if ledger::tracy_events_sent() != at_drop {
+            late += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let rounds: u64 = busy.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(
+        late, 0,
+        "rounds in which events reached Tracy after the drop returned"
+    );
+    assert!(rounds > 100);
 }

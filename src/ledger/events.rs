@@ -96,7 +96,12 @@ pub fn take_recorded_events() -> Vec<LedgerEvent> {
     std::mem::take(&mut *RECORDED.lock())
 }
 
+/// Serializes the updates of `ANY`: each computes it from both switches after storing its
+/// own, so the last one to run sees both and no update can leave a stale `false` behind.
+static UPDATING: Mutex<()> = Mutex::new(());
+
 fn update_any() {
+    let _serial = UPDATING.lock();
     #[cfg(feature = "tracy")]
     let tracy = super::tracy_sink::is_on();
     #[cfg(not(feature = "tracy"))]

@@ -22,6 +22,41 @@
 //! per frame). With the `tracy` feature, `enable_tracy` shows each tag as a named memory
 //! pool in Tracy, with per-frame plots of held and used bytes ([`end_frame`]).
 //!
+//! # Tracy
+//!
+//! With the `tracy` feature, each tag that takes blocks is a named memory pool in Tracy
+//! (one allocation event per block taken, one free per block given back; a parent tag
+//! never takes blocks itself, so it has no pool), and [`end_frame`] sends two plots per
+//! tag, parents included: `<tag> held` and `<tag> used`, in bytes, one point a frame.
+//!
+//! The crate builds tracy-client with its `manual-lifetime` feature: the client starts when
+//! `enable_tracy` asks (not in every process that links the crate), and nothing stops or
+//! flushes it at exit, so a program that just returns from `main` ends before a profiler
+//! got its data. Hence:
+//!
+//! - **A guard.** `enable_tracy` returns a `TracyGuard`. While one is alive the ledger
+//!   sends its events to Tracy; when the last one is dropped it stops. The switch is a
+//!   read-write lock: each event is handed to Tracy under the read lock, and turning the
+//!   receiver off takes the write lock, so when the drop returns no thread is inside a
+//!   Tracy call for the ledger and none will start one. Arenas that outlive the guard (the
+//!   global ones, scratch arenas freed at thread exit) are still counted by the ledger and
+//!   never reach Tracy.
+//! - **Dropping leaves the client running.** tracy-client 0.19 cannot be told that its
+//!   client stopped: after Tracy's raw shutdown, `Client::running()` still says yes, so any
+//!   other Tracy user in the process (Bevy's `trace_tracy`, a `tracing-tracy` layer, the
+//!   game's own spans) would write into a destroyed profiler. The crate cannot know whether
+//!   such users exist, so the safe end turns only the crate's own events off; what the
+//!   client queued is still sent to a profiler while the process lives.
+//! - **Handing over is `unsafe` and waits for the profiler.** `TracyGuard::shutdown`
+//!   turns the ledger's events off for good, then runs Tracy's own shutdown, which sends
+//!   everything queued to a connected profiler and returns once the profiler has it. Its
+//!   contract is Tracy's: nothing else in the process uses Tracy then or later. A program
+//!   whose only Tracy user is this crate calls it last (the `memory_ledger` example does),
+//!   after `TracyGuard::wait_for_profiler` gave a profiler time to connect.
+//!
+//! `tracy_events_sent` counts what the ledger handed to the client, so a test can check
+//! that nothing was sent after the guard went.
+//!
 //! ```
 //! use nebula_memory::ledger::{self, Budget};
 //! use nebula_memory::{Arena, ArenaConfig, MemoryArena, MemoryPool, AllocError};
@@ -62,7 +97,7 @@ use heap::untagged_heap;
 pub use heap::{TagScope, heap_tracking, scope, set_heap_tracking};
 pub use snapshot::{LedgerSnapshot, TagFigures};
 #[cfg(feature = "tracy")]
-pub use tracy_sink::enable_tracy;
+pub use tracy_sink::{TracyEnd, TracyGuard, enable_tracy, tracy_events_sent};
 
 use crate::global;
 

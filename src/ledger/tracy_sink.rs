@@ -3,20 +3,56 @@
 //! frame two plots per tag (`<tag> held`, `<tag> used`, in bytes).
 //!
 //! `tracy-client` has no safe wrapper for named memory pools, so the two C calls live
-//! here and nowhere else. A frame in which no block moves sends no memory event, only the
-//! plots.
+//! here and nowhere else (with the client's shutdown). A frame in which no block moves
+//! sends no memory event, only the plots.
+//!
+//! The switch that keeps the client's lifetime safe ([`TracyGuard`], and why it works this
+//! way) is described in the [`ledger`](super) module's docs, section "Tracy". In short:
+//! every event is handed to Tracy under the read lock of [`STATE`]; turning the receiver
+//! off takes the write lock, so it waits for the events in flight and no event starts
+//! after it; Tracy's shutdown runs only after the receiver is `Stopped`.
 
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
-use std::sync::atomic::AtomicBool;
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tracy_client::{Client, PlotConfiguration, PlotFormat, PlotName};
 
 use super::events::LedgerEvent;
 
+/// Where the receiver is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sink {
+    /// No guard alive: nothing goes to Tracy.
+    Off,
+    /// `guards` guards alive: events go to the client.
+    On { guards: usize },
+    /// A guard's `shutdown` stopped the client: nothing goes to Tracy again.
+    Stopped,
+}
+
+struct State {
+    sink: Sink,
+    /// The thread on which `enable_tracy` started the client, if the crate started it.
+    started_on: Option<ThreadId>,
+}
+
+/// The receiver's switch. Events are handed to Tracy under the read lock; every change of
+/// `sink` takes the write lock, so it waits for events in flight and none starts after.
+static STATE: RwLock<State> = RwLock::new(State {
+    sink: Sink::Off,
+    started_on: None,
+});
+/// `sink` is `On`: the relaxed copy `events` reads for its one check on the block path.
 static ON: AtomicBool = AtomicBool::new(false);
+/// Events handed to the Tracy client so far.
+static SENT: AtomicU64 = AtomicU64::new(0);
 
 /// Per tag: the pool name (a C string that lives for ever, as Tracy keeps the pointer) and
 /// the two plot names.
@@ -24,7 +60,9 @@ struct Names {
     pool: &'static CString,
     held: PlotName,
     used: PlotName,
-    heap: PlotName,
+    /// Made at the tag's first heap plot point: a configured plot shows in Tracy even with
+    /// no point, and programs without heap tracking send none.
+    heap: Option<PlotName>,
 }
 
 static NAMES: Mutex<Option<HashMap<&'static str, Names>>> = Mutex::new(None);
@@ -34,23 +72,310 @@ pub(crate) fn is_on() -> bool {
     ON.load(Relaxed)
 }
 
-/// Starts the Tracy client (if no one has) and sends the ledger's events to it from now
-/// on; with `frame_marks`, [`end_frame`](super::end_frame) also marks a frame, for apps
-/// that have no other frame marker (headless ones). Without a Tracy server connected the
-/// client keeps the events queued until one connects. O(1).
-///
-/// ```no_run
-/// nebula_memory::ledger::enable_tracy(true);
-/// ```
-pub fn enable_tracy(frame_marks: bool) {
-    let _client = Client::start();
-    super::events::set_frame_marks(frame_marks);
-    ON.store(true, Relaxed);
+/// Sets `sink` (under the write lock) and everything derived from it.
+fn set_sink(state: &mut State, sink: Sink) {
+    state.sink = sink;
+    let on = matches!(sink, Sink::On { .. });
+    ON.store(on, Relaxed);
+    if !on {
+        super::events::set_frame_marks(false);
+    }
     super::events::receiver_changed();
 }
 
+/// Starts the Tracy client (if no one has) and sends the ledger's events to it while the
+/// returned guard (or another one) is alive; with `frame_marks`,
+/// [`end_frame`](super::end_frame) also marks a frame, for apps that have no other frame
+/// marker (headless ones). Without a profiler connected the client keeps the events
+/// queued until one connects. O(1).
+///
+/// The client listens on [`TracyGuard::port`]. Keep the guard for as long as the ledger
+/// should report; see the [guard](TracyGuard) for how a program hands everything over
+/// before it exits.
+///
+/// # Panics
+/// After [`TracyGuard::shutdown`] stopped the client: tracy-client cannot start it again.
+///
+/// ```no_run
+/// let tracy = nebula_memory::ledger::enable_tracy(true);
+/// // ... the game's frames, each ending with `ledger::end_frame()` ...
+/// drop(tracy); // the ledger's events stop; the client keeps running
+/// ```
+#[track_caller]
+pub fn enable_tracy(frame_marks: bool) -> TracyGuard {
+    let mut state = STATE.write();
+    let guards = match state.sink {
+        Sink::Stopped => panic!(
+            "ledger::enable_tracy after TracyGuard::shutdown: tracy-client cannot start a \
+             stopped Tracy client again"
+        ),
+        Sink::Off => 1,
+        Sink::On { guards } => guards.saturating_add(1),
+    };
+    if !Client::is_running() {
+        state.started_on = Some(std::thread::current().id());
+    }
+    let _client = Client::start();
+    set_sink(&mut state, Sink::On { guards });
+    super::events::set_frame_marks(frame_marks);
+    TracyGuard {
+        _not_send: PhantomData,
+    }
+}
+
+/// How many events the ledger has handed to the Tracy client in this process (blocks
+/// taken and given back, plot points, frame marks). It stops moving when the last
+/// [`TracyGuard`] is gone: what a test or a tool checks to know that nothing went to
+/// Tracy after that. O(1).
+///
+/// ```
+/// use nebula_memory::ledger;
+/// let before = ledger::tracy_events_sent();
+/// ledger::end_frame(); // no guard alive in this program: Tracy is sent nothing
+/// assert_eq!(ledger::tracy_events_sent(), before);
+/// ```
+pub fn tracy_events_sent() -> u64 {
+    SENT.load(Relaxed)
+}
+
+/// Keeps the ledger's events going to Tracy: returned by [`enable_tracy`].
+///
+/// - **Dropped**, it turns the ledger's events off once no other guard is alive: when the
+///   drop returns, no thread is sending one and none will (events of arenas that outlive
+///   it, such as the global ones, are counted by the ledger and not sent). The Tracy
+///   client keeps running, as other code in the process may use it (the [`ledger`](super)
+///   module's docs, section "Tracy", say why tracy-client cannot be stopped under them).
+/// - **[`shutdown`](Self::shutdown)** (`unsafe`) also hands everything the client has to a
+///   connected profiler and stops the client: what a program that is Tracy's only user
+///   calls last, so that a profiler gets the whole run.
+/// - **[`wait_for_profiler`](Self::wait_for_profiler)** waits, up to a time limit, for a
+///   profiler to connect on [`port`](Self::port).
+///
+/// The guard is neither `Send` nor `Sync`: Tracy's manual lifetime ends the client on the
+/// thread that started it, so the guard stays on the thread that called `enable_tracy`.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use nebula_memory::ledger::{self, TracyEnd};
+///
+/// let tracy = ledger::enable_tracy(true);
+/// println!("Tracy on, waiting up to 10 s for a profiler on port {}", tracy.port());
+/// tracy.wait_for_profiler(Duration::from_secs(10));
+/// for _frame in 0..300 {
+///     // ... the frame's work ...
+///     ledger::end_frame();
+/// }
+/// // SAFETY: nothing else in this program uses Tracy, now or later.
+/// match unsafe { tracy.shutdown() } {
+///     TracyEnd::HandedOver => println!("the profiler has the whole run"),
+///     end => println!("Tracy: {end:?}"),
+/// }
+/// ```
+#[must_use = "dropping the guard turns the ledger's Tracy events off at once"]
+#[derive(Debug)]
+pub struct TracyGuard {
+    /// Tracy's manual lifetime ends on the thread that started it.
+    _not_send: PhantomData<*const ()>,
+}
+
+/// How [`TracyGuard::shutdown`] ended.
+///
+/// ```no_run
+/// use nebula_memory::ledger::{self, TracyEnd};
+/// let tracy = ledger::enable_tracy(false);
+/// // SAFETY: nothing else in this program uses Tracy, now or later.
+/// if unsafe { tracy.shutdown() } == TracyEnd::NoProfiler {
+///     eprintln!("no profiler was connected: the run is in no trace");
+/// }
+/// ```
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TracyEnd {
+    /// A profiler was connected when the shutdown began: the client sent it everything it
+    /// had, then stopped.
+    HandedOver,
+    /// No profiler was connected: the client stopped, and what it had queued is lost.
+    NoProfiler,
+    /// The client was left running, and only the ledger's events stopped: the crate did
+    /// not start it (other code did, before [`enable_tracy`]), or started it on another
+    /// thread than this guard's.
+    LeftRunning,
+    /// Another guard's `shutdown` had stopped the client already.
+    AlreadyStopped,
+}
+
+impl TracyGuard {
+    /// The port the client listens on for a profiler: `TRACY_PORT` when it names one, else
+    /// Tracy's default 8086. With no `TRACY_PORT`, Tracy takes the next free port up to
+    /// 8105 when 8086 is taken ([`port_is_fixed`](Self::port_is_fixed) says which). O(1).
+    ///
+    /// ```no_run
+    /// let tracy = nebula_memory::ledger::enable_tracy(false);
+    /// println!("connect the profiler to port {}", tracy.port());
+    /// ```
+    pub fn port(&self) -> u16 {
+        fixed_port().unwrap_or(8086)
+    }
+
+    /// Whether [`port`](Self::port) is the one the client listens on for sure (`TRACY_PORT`
+    /// set), rather than where Tracy starts looking for a free one. O(1).
+    ///
+    /// ```no_run
+    /// let tracy = nebula_memory::ledger::enable_tracy(false);
+    /// if !tracy.port_is_fixed() {
+    ///     println!("port {} (or the next free one up to 8105)", tracy.port());
+    /// }
+    /// ```
+    pub fn port_is_fixed(&self) -> bool {
+        fixed_port().is_some()
+    }
+
+    /// Waits until a profiler is connected, at most `limit` (checking every 10 ms), and
+    /// says whether one is. `Duration::ZERO` only checks. After a shutdown, `false` at
+    /// once (the client is not asked). O(limit).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// let tracy = nebula_memory::ledger::enable_tracy(true);
+    /// if !tracy.wait_for_profiler(Duration::from_secs(10)) {
+    ///     println!("no profiler yet: the client keeps the events for one that connects later");
+    /// }
+    /// ```
+    pub fn wait_for_profiler(&self, limit: Duration) -> bool {
+        let start = Instant::now();
+        loop {
+            if connected() {
+                return true;
+            }
+            let waited = start.elapsed();
+            if waited >= limit {
+                return false;
+            }
+            std::thread::sleep((limit - waited).min(Duration::from_millis(10)));
+        }
+    }
+
+    /// Turns the ledger's events off for good (every guard's), then stops the Tracy client
+    /// with Tracy's own shutdown: with a profiler connected, the client sends it everything
+    /// it has queued and returns when the profiler has taken it ([`TracyEnd::HandedOver`]);
+    /// with none, it stops at once and the queued events are lost. Call
+    /// [`wait_for_profiler`](Self::wait_for_profiler) first to give a profiler time to
+    /// connect. The client is stopped only if [`enable_tracy`] started it on this thread;
+    /// otherwise it is left running for its owner ([`TracyEnd::LeftRunning`]).
+    ///
+    /// The wait for the profiler has no time limit of the crate's: it lasts as long as the
+    /// transfer of what the client holds, and ends when the profiler closes the connection
+    /// (Tracy's profiler and `tracy-capture` do so once they have the client's termination
+    /// notice). With `TRACY_NO_EXIT=1` in the environment and no profiler connected, Tracy
+    /// waits for one without limit.
+    ///
+    /// Afterwards the ledger still counts every block (a snapshot, the recorder), Tracy is
+    /// sent nothing, and [`enable_tracy`] panics.
+    ///
+    /// # Safety
+    /// Nothing else in the process uses Tracy from this call on, on any thread: no
+    /// tracy-client handle, span, plot, frame mark or message, no `tracing-tracy` layer
+    /// (Bevy's `trace_tracy`), no direct `tracy-client-sys` call. tracy-client cannot be
+    /// told that the client stopped (`Client::running()` still says it runs), and Tracy's
+    /// shutdown requires that nothing calls it during or after it; a call would use the
+    /// destroyed profiler. The ledger's own events are turned off before the client stops
+    /// and never reach it afterwards.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use nebula_memory::ledger::{self, TracyEnd};
+    /// let tracy = ledger::enable_tracy(true);
+    /// tracy.wait_for_profiler(Duration::from_secs(10));
+    /// ledger::end_frame();
+    /// // SAFETY: nothing else in this program uses Tracy, now or later.
+    /// let end = unsafe { tracy.shutdown() };
+    /// assert!(matches!(end, TracyEnd::HandedOver | TracyEnd::NoProfiler));
+    /// ```
+    pub unsafe fn shutdown(self) -> TracyEnd {
+        // The guard is consumed here; its drop must not count it off a second time.
+        let _this = ManuallyDrop::new(self);
+        let connected;
+        {
+            let mut state = STATE.write();
+            match state.sink {
+                Sink::Stopped => return TracyEnd::AlreadyStopped,
+                Sink::On { guards } => {
+                    if state.started_on != Some(std::thread::current().id()) {
+                        let rest = guards.saturating_sub(1);
+                        let sink = if rest == 0 {
+                            Sink::Off
+                        } else {
+                            Sink::On { guards: rest }
+                        };
+                        set_sink(&mut state, sink);
+                        return TracyEnd::LeftRunning;
+                    }
+                }
+                // A guard's existence keeps the sink on; kept for completeness.
+                Sink::Off => return TracyEnd::LeftRunning,
+            }
+            // Asked while the client runs (the sink is not `Stopped` yet).
+            connected = connected_in(&state);
+            // From here no event reaches the client: the write lock waited for those in
+            // flight, and every later one finds `Stopped` under the read lock.
+            set_sink(&mut state, Sink::Stopped);
+        }
+        // SAFETY: the client is running: the crate started it (on this thread, as Tracy's
+        // manual lifetime requires) and nobody stopped it (the sink was not `Stopped`, and
+        // stopping it is what sets `Stopped`). The ledger sends nothing from now on (its
+        // sink is `Stopped`, set under the write lock after the last event in flight), and
+        // the caller promises that nothing else in the process calls Tracy from now on.
+        unsafe { tracy_client::sys::___tracy_shutdown_profiler() };
+        if connected {
+            TracyEnd::HandedOver
+        } else {
+            TracyEnd::NoProfiler
+        }
+    }
+}
+
+impl Drop for TracyGuard {
+    /// Counts this guard off; the last one turns the ledger's events off (waiting for any
+    /// being sent). The client keeps running.
+    fn drop(&mut self) {
+        let mut state = STATE.write();
+        if let Sink::On { guards } = state.sink {
+            let rest = guards.saturating_sub(1);
+            let sink = if rest == 0 {
+                Sink::Off
+            } else {
+                Sink::On { guards: rest }
+            };
+            set_sink(&mut state, sink);
+        }
+    }
+}
+
+/// `TRACY_PORT`, when it names a port (Tracy reads it with `atoi`; 0 means its default).
+fn fixed_port() -> Option<u16> {
+    std::env::var("TRACY_PORT")
+        .ok()
+        .and_then(|p| p.trim().parse::<u16>().ok())
+        .filter(|&p| p != 0)
+}
+
+/// Whether a profiler is connected; `false`, without asking, once the client stopped.
+fn connected() -> bool {
+    connected_in(&STATE.read())
+}
+
+/// [`connected`] with the state's lock held by the caller.
+fn connected_in(state: &State) -> bool {
+    match state.sink {
+        // tracy-client asks the C client only when it runs.
+        Sink::Off | Sink::On { .. } => Client::is_connected(),
+        // The client is destroyed, though tracy-client believes it runs: never ask.
+        Sink::Stopped => false,
+    }
+}
+
 /// Runs `f` with the names of `tag`, made on first use.
-fn with_names<R>(tag: &'static str, f: impl FnOnce(&Names) -> R) -> R {
+fn with_names<R>(client: &Client, tag: &'static str, f: impl FnOnce(&mut Names) -> R) -> R {
     let mut guard = NAMES.lock();
     let map = guard.get_or_insert_with(HashMap::new);
     let names = map.entry(tag).or_insert_with(|| {
@@ -59,37 +384,39 @@ fn with_names<R>(tag: &'static str, f: impl FnOnce(&Names) -> R) -> R {
         let pool = CString::new(tag).unwrap_or_else(|_| c"nebula_memory tag".to_owned());
         let held = PlotName::new_leak(format!("{tag} held"));
         let used = PlotName::new_leak(format!("{tag} used"));
-        let heap = PlotName::new_leak(format!("{tag} heap"));
-        if let Some(client) = Client::running() {
-            let memory = PlotConfiguration::default().format(PlotFormat::Memory);
-            client.plot_config(held, memory.clone());
-            client.plot_config(used, memory.clone());
-            client.plot_config(heap, memory);
-        }
+        let memory = PlotConfiguration::default().format(PlotFormat::Memory);
+        client.plot_config(held, memory.clone());
+        client.plot_config(used, memory);
         Names {
             pool: Box::leak(Box::new(pool)),
             held,
             used,
-            heap,
+            heap: None,
         }
     });
     f(names)
 }
 
-/// Hands one event to Tracy.
+/// Hands one event to Tracy, if the receiver is on: under the read lock, so that turning
+/// it off waits for this call.
 pub(crate) fn receive(event: &LedgerEvent) {
-    if !is_on() {
+    let state = STATE.read();
+    if !matches!(state.sink, Sink::On { .. }) {
         return;
     }
+    // `On` means the client runs: `enable_tracy` started it, and only a shutdown (which
+    // sets `Stopped` first) stops it.
     let Some(client) = Client::running() else {
         return;
     };
     match *event {
         LedgerEvent::BlockTaken {
             tag, addr, bytes, ..
-        } => with_names(tag, |n| {
-            // SAFETY: `n.pool` is a NUL-terminated string that is never freed (Tracy keeps
-            // the pointer as the pool's name); the address is only recorded, never read.
+        } => with_names(&client, tag, |n| {
+            // SAFETY: the client runs and is not being stopped (the sink is `On`, read
+            // under the lock a shutdown must take first). `n.pool` is a NUL-terminated
+            // string that is never freed (Tracy keeps the pointer as the pool's name); the
+            // address is only recorded, never read.
             unsafe {
                 tracy_client::sys::___tracy_emit_memory_alloc_named(
                     addr as *const c_void,
@@ -98,7 +425,7 @@ pub(crate) fn receive(event: &LedgerEvent) {
                 );
             }
         }),
-        LedgerEvent::BlockReturned { tag, addr, .. } => with_names(tag, |n| {
+        LedgerEvent::BlockReturned { tag, addr, .. } => with_names(&client, tag, |n| {
             // SAFETY: as above; the address matches the allocation event of the same block.
             unsafe {
                 tracy_client::sys::___tracy_emit_memory_free_named(
@@ -107,13 +434,20 @@ pub(crate) fn receive(event: &LedgerEvent) {
                 );
             }
         }),
-        LedgerEvent::Plot { tag, held, used } => with_names(tag, |n| {
+        LedgerEvent::Plot { tag, held, used } => with_names(&client, tag, |n| {
             client.plot(n.held, held as f64);
             client.plot(n.used, used as f64);
         }),
-        LedgerEvent::HeapPlot { tag, live } => with_names(tag, |n| {
-            client.plot(n.heap, live as f64);
+        LedgerEvent::HeapPlot { tag, live } => with_names(&client, tag, |n| {
+            let heap = *n.heap.get_or_insert_with(|| {
+                let name = PlotName::new_leak(format!("{tag} heap"));
+                let memory = PlotConfiguration::default().format(PlotFormat::Memory);
+                client.plot_config(name, memory);
+                name
+            });
+            client.plot(heap, live as f64);
         }),
         LedgerEvent::FrameMark => client.frame_mark(),
     }
+    SENT.fetch_add(1, Relaxed);
 }
