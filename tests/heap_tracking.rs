@@ -147,6 +147,12 @@ fn record_events_everywhere() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let sub = common::OnEvent(|e: &tracing::Event<'_>| {
+            // WARN and above only: formatting allocates, and the tests that count a
+            // frame's allocations must not count this recorder's (the plugin sends a
+            // DEBUG event each frame).
+            if *e.metadata().level() > tracing::Level::WARN {
+                return;
+            }
             struct Text(String);
             impl tracing::field::Visit for Text {
                 fn record_debug(&mut self, _: &tracing::field::Field, v: &dyn std::fmt::Debug) {
@@ -161,18 +167,27 @@ fn record_events_everywhere() {
     });
 }
 
-/// What `f` returns, and the events about `tag` told (on any thread) while it ran.
-fn warnings_about<R>(tag: &'static str, f: impl FnOnce() -> R) -> (R, Vec<String>) {
+/// What `f` returns, and the events about `tag` told (on any thread) from its start. A
+/// crossing is told by whichever thread reports next, possibly a moment after `f`
+/// returned: with `expect` it waits (up to 10 s) for one to arrive, so that none is told
+/// later, inside another test.
+fn warnings_about<R>(tag: &'static str, expect: bool, f: impl FnOnce() -> R) -> (R, Vec<String>) {
     record_events_everywhere();
     let from = EVENTS.lock().unwrap_or_else(|e| e.into_inner()).len();
     let r = f();
-    let events = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
-    let about = events[from..]
-        .iter()
-        .filter(|t| t.contains(tag))
-        .cloned()
-        .collect();
-    (r, about)
+    let about = || -> Vec<String> {
+        let events = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
+        events[from..]
+            .iter()
+            .filter(|t| t.contains(tag))
+            .cloned()
+            .collect()
+    };
+    let start = std::time::Instant::now();
+    while expect && about().is_empty() && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    (r, about())
 }
 
 #[test]
@@ -180,14 +195,14 @@ fn a_warn_budget_counts_heap_bytes() {
     let _frames = frames();
     ledger::set_budget("ht/warn", Budget::Warn(1 << 20));
     let _s = ledger::scope("ht/warn");
-    let (big, warned) = warnings_about("ht/warn", || {
+    let (big, warned) = warnings_about("ht/warn", true, || {
         let big = vec![0u8; 2 << 20];
         ledger::snapshot();
         big
     });
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(warned[0].contains("warn budget"), "{warned:?}");
-    let ((), again) = warnings_about("ht/warn", || {
+    let ((), again) = warnings_about("ht/warn", false, || {
         ledger::snapshot();
     });
     assert!(again.is_empty(), "one WARN per crossing: {again:?}");
@@ -201,7 +216,7 @@ fn a_limit_never_refuses_the_heap_but_reports_it_and_leaves_the_arenas_less_room
     ledger::set_budget("ht/limit", Budget::Limit(LIMIT));
     let _s = ledger::scope("ht/limit");
     // The heap is never refused: this goes past the limit.
-    let (big, warned) = warnings_about("ht/limit", || {
+    let (big, warned) = warnings_about("ht/limit", true, || {
         let big = vec![1u8; LIMIT + (1 << 20)];
         ledger::snapshot();
         big
@@ -310,5 +325,47 @@ mod bevy_systems {
             .tag("systems/late_system")
             .map(|f| f.heap_live);
         assert!(late.is_some_and(|b| b >= 4000), "{late:?}");
+    }
+
+    /// The plugin's own frame end (resets, the ledger's snapshot and CSV, the
+    /// diagnostics) allocates nothing once warm: its systems' lines show no call.
+    #[test]
+    fn the_plugins_frame_end_allocates_nothing() {
+        use nebula_memory::Arena;
+        use nebula_memory::bevy::{FrameMemory, Scratch, ScratchTag, TaggedScratch};
+        struct Ui;
+        impl ScratchTag for Ui {
+            const TAG: &'static str = "ht/ui";
+        }
+        fn frame_work(s: Scratch, t: TaggedScratch<Ui>, f: Res<FrameMemory>) {
+            s.alloc_slice(1000, 0u8);
+            t.alloc_slice(1000, 0u8);
+            f.store(1u32);
+        }
+        let _frames = super::frames();
+        ledger::snapshot(); // tells any crossing still waiting, before the frames measured
+        let csv = std::env::temp_dir().join(format!("ht_frame_end_{}.csv", std::process::id()));
+        let mut app = App::new();
+        app.add_plugins(MemoryPlugin {
+            ledger_csv: Some(csv.clone()),
+            ..MemoryPlugin::default()
+        })
+        .add_systems(Update, frame_work);
+        for _ in 0..40 {
+            app.update();
+        }
+        let ledger = app.world().resource::<MemoryLedger>();
+        for system in [
+            "reset_game_arena_on_request",
+            "reset_frame_arenas_system",
+            "end_ledger_frame",
+            "publish_memory_diagnostics",
+            "attribute_systems",
+            "frame_work",
+        ] {
+            let f = ledger.tag(&format!("systems/{system}")).unwrap_or_default();
+            assert_eq!((f.heap_allocs, f.heap_frees), (0, 0), "{system}: {f:?}");
+        }
+        let _ = std::fs::remove_file(csv);
     }
 }

@@ -50,6 +50,12 @@ struct TagDiagnostics {
     heap: DiagnosticPath,
 }
 
+/// A diagnostic path borrowing a string that lives for ever: each measurement clones the
+/// path, which for an owned string would allocate every frame. One per top-level tag.
+fn leaked_path(path: String) -> DiagnosticPath {
+    DiagnosticPath::const_new(Box::leak(path.into_boxed_str()))
+}
+
 /// The per-frame CSV file.
 struct Csv {
     path: PathBuf,
@@ -92,8 +98,9 @@ impl MemoryLedger {
     /// Records the frame's snapshot: writes its CSV rows (and flushes, so the file is
     /// whole after every frame) and returns the top-level tags that have no diagnostics
     /// yet.
-    fn record(&mut self, snapshot: LedgerSnapshot) -> Vec<TagDiagnostics> {
+    fn record(&mut self) -> Vec<TagDiagnostics> {
         self.frame += 1;
+        let snapshot = &self.snapshot;
         if let Some(csv) = self.csv.as_mut().filter(|c| !c.failed) {
             let written = snapshot
                 .write_csv_rows(&mut csv.out, self.frame)
@@ -110,12 +117,11 @@ impl MemoryLedger {
             .filter(|(t, _)| !self.diagnostics.iter().any(|d| d.tag == *t))
             .map(|(tag, _)| TagDiagnostics {
                 tag,
-                held: DiagnosticPath::new(format!("nebula_memory/tag/{tag}/held")),
-                heap: DiagnosticPath::new(format!("nebula_memory/tag/{tag}/heap")),
+                held: leaked_path(format!("nebula_memory/tag/{tag}/held")),
+                heap: leaked_path(format!("nebula_memory/tag/{tag}/heap")),
             })
             .collect();
         self.diagnostics.extend(new.iter().cloned());
-        self.snapshot = snapshot;
         new
     }
 
@@ -148,11 +154,13 @@ impl Deref for MemoryLedger {
 /// ([`ledger::end_frame`], which also feeds the profiler), stores it in [`MemoryLedger`],
 /// writes the CSV rows and registers a diagnostic for each new top-level tag.
 pub(crate) fn end_ledger_frame(world: &mut World) {
-    let snapshot = ledger::end_frame();
     let Some(mut ledger) = world.get_resource_mut::<MemoryLedger>() else {
+        ledger::end_frame();
         return;
     };
-    let new = ledger.record(snapshot);
+    // Into the resource's own snapshot: once warm, a frame end allocates nothing.
+    ledger::end_frame_into(&mut ledger.snapshot);
+    let new = ledger.record();
     if let Some(mut store) = world.get_resource_mut::<DiagnosticsStore>() {
         for path in new.into_iter().flat_map(|d| [d.held, d.heap]) {
             if store.get(&path).is_none() {

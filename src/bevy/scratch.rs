@@ -247,14 +247,16 @@ impl TaggedFrameEnds {
     }
 
     /// Ends the frame of every registered tag's arenas in `world` (those present).
+    /// Allocates nothing.
     pub(crate) fn end_frames(world: &mut World) {
-        let ends: Vec<FrameEnd> = match world.get_resource::<TaggedFrameEnds>() {
-            Some(ends) => ends.0.iter().map(|&(_, f)| f).collect(),
-            None => return,
-        };
-        for end in ends {
-            end(world);
+        if !world.contains_resource::<TaggedFrameEnds>() {
+            return;
         }
+        world.resource_scope(|world, ends: Mut<TaggedFrameEnds>| {
+            for &(_, end) in &ends.0 {
+                end(world);
+            }
+        });
     }
 }
 

@@ -180,26 +180,28 @@ pub fn clear_budgets(tag: &'static str) {
 /// assert!(snap.total() >= snap.untagged());
 /// ```
 pub fn snapshot() -> LedgerSnapshot {
-    let snap = take_snapshot(false);
+    let mut snap = LedgerSnapshot::default();
+    fill(&mut snap, false);
     emit_pending_warnings();
     snap
 }
 
-/// The snapshot; with `frame_end`, starts the next frame's heap call counts too.
-fn take_snapshot(frame_end: bool) -> LedgerSnapshot {
-    let nodes = node::all_nodes();
-    // Each tag's own heap counters once, then each tag's subtree sums.
-    let own: Vec<_> = nodes.iter().map(|n| n.own_heap()).collect();
-    let rows = nodes
-        .iter()
-        .map(|n| {
-            let r = n.read(&nodes);
+/// Takes a snapshot into `snap`, reusing its buffers; with `frame_end`, also starts the
+/// next frame's heap call counts. Runs no user code.
+fn fill(snap: &mut LedgerSnapshot, frame_end: bool) {
+    node::with_nodes(|nodes| {
+        // Each tag's own heap counters once, then each tag's subtree sums.
+        snap.own_heap.clear();
+        snap.own_heap.extend(nodes.iter().map(|n| n.own_heap()));
+        snap.rows.clear();
+        for n in nodes {
+            let r = n.read(nodes);
             let mut heap = node::Heap::default();
-            for (c, &(total, allocs, frees)) in nodes.iter().zip(&own) {
+            for (c, own) in nodes.iter().zip(&snap.own_heap) {
                 if c.path == n.path || node::is_below(c.path, n.path) {
-                    heap.live = heap.live.saturating_add(total.live);
-                    heap.allocs = heap.allocs.wrapping_add(allocs);
-                    heap.frees = heap.frees.wrapping_add(frees);
+                    heap.live = heap.live.saturating_add(own.totals.live);
+                    heap.allocs = heap.allocs.wrapping_add(own.allocs);
+                    heap.frees = heap.frees.wrapping_add(own.frees);
                 }
             }
             heap.peak = n.see_heap(heap.live);
@@ -218,20 +220,25 @@ fn take_snapshot(frame_end: bool) -> LedgerSnapshot {
                 heap_allocs: heap.allocs,
                 heap_frees: heap.frees,
             };
-            (n.path, figures)
-        })
-        .collect();
-    if frame_end {
-        for (n, &(total, _, _)) in nodes.iter().zip(&own) {
-            n.end_heap_frame(total);
+            snap.rows.push(snapshot::Row {
+                tag: n.path,
+                depth: n.path.matches('/').count(),
+                figures,
+            });
         }
-    }
-    let untagged = global::created_pools()
+        if frame_end {
+            for (n, own) in nodes.iter().zip(&snap.own_heap) {
+                n.end_heap_frame(own.totals);
+            }
+        }
+    });
+    snap.sort();
+    snap.untagged = global::created_pools()
         .into_iter()
         .flatten()
         .map(|p| p.stats().in_use.saturating_sub(p.charged()))
         .fold(0usize, usize::saturating_add);
-    LedgerSnapshot::new(rows, untagged, untagged_heap(frame_end))
+    snap.untagged_heap = untagged_heap(frame_end);
 }
 
 /// Ends a frame for the ledger: takes a [`snapshot`], sends each tag's held and used bytes
@@ -243,7 +250,23 @@ fn take_snapshot(frame_end: bool) -> LedgerSnapshot {
 /// assert!(snap.total() >= snap.untagged());
 /// ```
 pub fn end_frame() -> LedgerSnapshot {
-    let snap = take_snapshot(true);
+    let mut snap = LedgerSnapshot::default();
+    end_frame_into(&mut snap);
+    snap
+}
+
+/// [`end_frame`] into a snapshot of the caller's, reusing its buffers: once warm, a frame
+/// end allocates nothing (what the Bevy plugin does, into its `MemoryLedger`). O(tags).
+///
+/// ```
+/// let mut snap = nebula_memory::ledger::LedgerSnapshot::default();
+/// for _frame in 0..3 {
+///     nebula_memory::ledger::end_frame_into(&mut snap);
+/// }
+/// assert!(snap.total() >= snap.untagged());
+/// ```
+pub fn end_frame_into(snap: &mut LedgerSnapshot) {
+    fill(snap, true);
     let heap = crate::heap::counters::in_use();
     for (tag, f) in snap.tags() {
         send(|| LedgerEvent::Plot {
@@ -263,5 +286,4 @@ pub fn end_frame() -> LedgerSnapshot {
     }
     // Told last: the snapshot and the plots are complete.
     emit_pending_warnings();
-    snap
 }

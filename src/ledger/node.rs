@@ -135,6 +135,12 @@ pub(crate) fn all_nodes() -> Vec<&'static TagNode> {
     REGISTRY.lock().clone()
 }
 
+/// Runs `f` on every node so far, under the registry's lock (no copy of the list; a tag
+/// made meanwhile waits). `f` takes no other lock of the ledger's but a node's `arenas`.
+pub(crate) fn with_nodes<R>(f: impl FnOnce(&[&'static TagNode]) -> R) -> R {
+    f(&REGISTRY.lock())
+}
+
 /// One tag's figures at one moment (see `TagFigures` for their meaning).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Reading {
@@ -148,6 +154,14 @@ pub(crate) struct Reading {
     pub(crate) warn: Option<usize>,
     pub(crate) limit: Option<usize>,
     pub(crate) heap: Heap,
+}
+
+/// A tag's own heap counters at a snapshot: the totals, and the frame's calls.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct OwnHeap {
+    pub(crate) totals: HeapReading,
+    pub(crate) allocs: u64,
+    pub(crate) frees: u64,
 }
 
 /// A tag's heap figures at a snapshot (its children's included).
@@ -311,11 +325,15 @@ impl TagNode {
     }
 
     /// This tag's own heap counters (not its children's): totals, and this frame's calls.
-    pub(crate) fn own_heap(&self) -> (HeapReading, u64, u64) {
+    pub(crate) fn own_heap(&self) -> OwnHeap {
         let r = counters::read(self.heap_id);
         let allocs = counters::calls_since(r.allocs, self.heap_allocs_base.load(Relaxed));
         let frees = counters::calls_since(r.frees, self.heap_frees_base.load(Relaxed));
-        (r, allocs, frees)
+        OwnHeap {
+            totals: r,
+            allocs,
+            frees,
+        }
     }
 
     /// Records the heap bytes a snapshot found under this tag (its children's included):

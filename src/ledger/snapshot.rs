@@ -56,10 +56,10 @@ pub struct TagFigures {
 
 /// One row of a snapshot.
 #[derive(Clone, Debug)]
-struct Row {
-    tag: &'static str,
-    depth: usize,
-    figures: TagFigures,
+pub(super) struct Row {
+    pub(super) tag: &'static str,
+    pub(super) depth: usize,
+    pub(super) figures: TagFigures,
 }
 
 /// Every tag's figures at one moment ([`snapshot`](super::snapshot)), in tree order
@@ -79,32 +79,22 @@ struct Row {
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct LedgerSnapshot {
-    rows: Vec<Row>,
-    untagged: usize,
-    untagged_heap: TagFigures,
+    /// In tree order once filled (see [`LedgerSnapshot::sort`]).
+    pub(super) rows: Vec<Row>,
+    pub(super) untagged: usize,
+    pub(super) untagged_heap: TagFigures,
+    /// Each tag's own heap counters while the snapshot is taken (kept to reuse its
+    /// allocation: a snapshot refilled every frame allocates nothing once warm).
+    pub(super) own_heap: Vec<super::node::OwnHeap>,
 }
 
 impl LedgerSnapshot {
-    pub(crate) fn new(
-        mut rows: Vec<(&'static str, TagFigures)>,
-        untagged: usize,
-        untagged_heap: TagFigures,
-    ) -> Self {
-        // Tree order is the order of the paths with '/' sorting before every other
-        // character, which sorting by segments gives.
-        rows.sort_by(|a, b| a.0.split('/').cmp(b.0.split('/')));
-        LedgerSnapshot {
-            rows: rows
-                .into_iter()
-                .map(|(tag, figures)| Row {
-                    tag,
-                    depth: tag.matches('/').count(),
-                    figures,
-                })
-                .collect(),
-            untagged,
-            untagged_heap,
-        }
+    /// Puts the rows in tree order: the order of the paths with '/' sorting before every
+    /// other character, which comparing by segments gives. Tags are unique, so an
+    /// unstable sort (which allocates nothing) gives the same order.
+    pub(super) fn sort(&mut self) {
+        self.rows
+            .sort_unstable_by(|a, b| a.tag.split('/').cmp(b.tag.split('/')));
     }
 
     /// The figures of `tag` (a parent's include its children's), or `None` if no arena
@@ -187,7 +177,6 @@ impl LedgerSnapshot {
     /// assert!(text.lines().last().unwrap().starts_with("7,(untagged),0,"));
     /// ```
     pub fn write_csv_rows(&self, w: &mut impl io::Write, frame: u64) -> io::Result<()> {
-        let opt = |v: Option<usize>| v.map(|v| v.to_string()).unwrap_or_default();
         for r in &self.rows {
             let f = &r.figures;
             writeln!(
@@ -220,11 +209,43 @@ impl LedgerSnapshot {
     }
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_owned()
+/// A CSV field, quoted when it holds a comma, a quote or a line break; written straight to
+/// the output (a frame's rows allocate nothing).
+struct CsvField<'a>(&'a str);
+
+impl fmt::Display for CsvField<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.0.contains([',', '"', '\n']) {
+            return f.write_str(self.0);
+        }
+        f.write_str("\"")?;
+        for (i, part) in self.0.split('"').enumerate() {
+            if i > 0 {
+                f.write_str("\"\"")?;
+            }
+            f.write_str(part)?;
+        }
+        f.write_str("\"")
+    }
+}
+
+fn csv_field(s: &str) -> CsvField<'_> {
+    CsvField(s)
+}
+
+/// An optional number as a CSV field: empty when unset.
+fn opt(v: Option<usize>) -> OptionalField {
+    OptionalField(v)
+}
+
+struct OptionalField(Option<usize>);
+
+impl fmt::Display for OptionalField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(v) => write!(f, "{v}"),
+            None => Ok(()),
+        }
     }
 }
 

@@ -382,9 +382,13 @@ pub(crate) fn trim_idle() -> usize {
     if !now.is_multiple_of(SCRATCH_IDLE_PASSES) {
         return 0; // nothing to do between windows: no lock, no allocation
     }
-    let stacks: Vec<Arc<Stack>> = STACKS.lock().clone();
+    // Under the registry's lock, so that no list is copied (the trim allocates nothing).
+    // The lock order is the registry's, then a stack's: a thread takes a stack's lock
+    // only after leaving the registry's (`claim`), and registers or leaves with the
+    // registry's alone.
+    let stacks = STACKS.lock();
     let mut given = 0;
-    for stack in stacks {
+    for stack in stacks.iter() {
         stack.slots.lock().retain(|slot| {
             if slot.owner.strong_count() == 0 {
                 // The owner (a Bevy resource) was dropped, which needs `&mut World`: no item
