@@ -163,3 +163,60 @@ fn tagged_scratch_charges_its_own_tag() {
     // not the blocks taken, are the measure.)
     assert!(mesh.held < FRAMES as usize * 200_000 / 4, "{mesh:?}");
 }
+
+struct Contacts;
+impl nebula_memory::bevy::ScratchTag for Contacts {
+    const TAG: &'static str = "bl/contacts";
+}
+
+#[derive(Component)]
+struct Body(u32);
+
+/// Per-entity temporaries in a `par_iter`, each batch claimed through the system's
+/// `TaggedScratch`: the blocks are the tag's (its line is the whole truth), and the
+/// `with_scratch` arenas take none.
+fn contacts(scratch: nebula_memory::bevy::TaggedScratch<Contacts>, bodies: Query<&Body>) {
+    let batches = scratch.batches();
+    bodies.par_iter().for_each_init(
+        || batches.batch(),
+        |batch, body| {
+            let n = batch.scope(|s| {
+                let list = s.alloc_slice_fill_with(64, |i| body.0 + i as u32);
+                list.iter().filter(|&&x| x % 2 == 0).count()
+            });
+            assert_eq!(n, 32);
+        },
+    );
+}
+
+#[test]
+fn tagged_batches_in_par_iter_charge_the_systems_tag() {
+    let with_scratch = |snap: &nebula_memory::ledger::LedgerSnapshot| {
+        snap.tag("scratch/with_scratch")
+            .map_or(0, |f| f.blocks_taken)
+    };
+    let before = with_scratch(&nebula_memory::ledger::snapshot());
+    let mut app = App::new();
+    app.add_plugins(MemoryPlugin::default())
+        .add_systems(Update, contacts);
+    app.world_mut()
+        .spawn_batch((0..10_000).map(|i| Body(i as u32)));
+    for _ in 0..5 {
+        app.update();
+    }
+    let ledger = app.world().resource::<MemoryLedger>();
+    let tag = ledger
+        .tag("bl/contacts")
+        .expect("the system's tag has a line");
+    // The item's own arena, and at least one batch's (the item's arena is busy on its
+    // thread, so even a batch there claims another).
+    assert!(tag.blocks_taken >= 2 && tag.held > 0, "{tag:?}");
+    // `with_scratch`'s arenas are global: another test may take blocks meanwhile, but
+    // this one's 10,000 lists of 256 bytes would need many.
+    let after = with_scratch(&nebula_memory::ledger::snapshot());
+    assert!(
+        after - before < 4,
+        "with_scratch took {} blocks",
+        after - before
+    );
+}

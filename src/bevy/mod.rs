@@ -44,6 +44,7 @@ pub use resources::{
     EngineMemory, FRAME_MEMORY_TRIM_AFTER_RESETS, FrameMemory, GameMemory, ResetGameArena,
 };
 pub use scratch::{
-    Scratch, ScratchArenas, ScratchFrame, ScratchTag, TaggedScratch, TaggedScratchArenas,
+    Scratch, ScratchArenas, ScratchBatches, ScratchFrame, ScratchTag, TaggedScratch,
+    TaggedScratchArenas,
 };
 pub use stats::{FrameMemoryStats, MemoryBudgets, PoolUsage, paths};

@@ -39,7 +39,9 @@ use bevy_ecs::world::unsafe_world_cell::UnsafeWorldCell;
 
 use crate::arena::{ArenaConfig, MemoryArena};
 use crate::global::scratch_pool;
-use crate::per_thread::{ScratchOwner, Slot, claim_held, release, slot_ptr};
+use crate::per_thread::{
+    ScratchBatch, ScratchOwner, Slot, batch_of, claim_held, release, slot_ptr,
+};
 
 /// The per-thread scratch arenas behind [`Scratch`]; inserted by `MemoryPlugin`.
 ///
@@ -155,8 +157,8 @@ impl ScratchArenas {
 /// ```
 pub struct Scratch<'w> {
     claim: Claim,
-    /// Borrows the resource for the run.
-    _marker: PhantomData<&'w ScratchArenas>,
+    /// The resource's owner (borrowed for the run), for [`Scratch::batches`].
+    owner: &'w Arc<ScratchOwner>,
 }
 
 /// Names the ledger tag of a [`TaggedScratch`] parameter's arenas.
@@ -295,17 +297,114 @@ fn end_tagged_frame<T: ScratchTag>(world: &mut World) {
 /// ```
 pub struct TaggedScratch<'w, T: ScratchTag> {
     claim: Claim,
-    _marker: PhantomData<&'w TaggedScratchArenas<T>>,
+    /// The resource's owner (borrowed for the run), for [`TaggedScratch::batches`].
+    owner: &'w Arc<ScratchOwner>,
+    _tag: PhantomData<fn() -> T>,
+}
+
+/// Scratch batches of a system's arenas, for work it spreads over threads: `Send`, `Sync`
+/// and `Copy`, so a `par_iter` closure takes it along; each [`batch`](Self::batch) claims
+/// an arena of the system's parameter (its tag, its config) on the thread that asks, and
+/// its scopes reset it (see [`ScratchBatch`]). Borrowed for the system run: from
+/// [`Scratch::batches`] or [`TaggedScratch::batches`].
+///
+/// ```
+/// use bevy_ecs::prelude::*;
+/// use nebula_memory::Arena;
+/// use nebula_memory::bevy::{ScratchTag, TaggedScratch};
+///
+/// #[derive(Component)]
+/// struct Body(f32);
+/// struct Physics;
+/// impl ScratchTag for Physics {
+///     const TAG: &'static str = "doc/physics";
+/// }
+///
+/// fn step(scratch: TaggedScratch<Physics>, bodies: Query<&Body>) {
+///     let batches = scratch.batches();
+///     bodies.par_iter().for_each_init(
+///         || batches.batch(), // once per batch of entities, on the thread that runs it
+///         |batch, body| {
+///             batch.scope(|s| {
+///                 let contacts = s.alloc_slice(8, body.0); // charged to doc/physics
+///                 assert_eq!(contacts.len(), 8);
+///             });
+///         },
+///     );
+/// }
+///
+/// // (An app's TaskPoolPlugin makes the compute pool; a bare `World` needs one.)
+/// bevy_tasks::ComputeTaskPool::get_or_init(bevy_tasks::TaskPool::default);
+/// let mut world = World::new();
+/// world.spawn_batch((0..100).map(|i| Body(i as f32)));
+/// world.run_system_cached(step).unwrap();
+/// ```
+#[derive(Clone, Copy)]
+pub struct ScratchBatches<'w> {
+    owner: &'w Arc<ScratchOwner>,
+}
+
+impl ScratchBatches<'_> {
+    /// A batch on an arena of the system's parameter, claimed on the calling thread. O(1).
+    pub fn batch(&self) -> ScratchBatch {
+        batch_of(self.owner)
+    }
+}
+
+impl std::fmt::Debug for ScratchBatches<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScratchBatches").finish_non_exhaustive()
+    }
+}
+
+impl Scratch<'_> {
+    /// Scratch batches of this parameter's arenas, for work spread over threads (a
+    /// `par_iter` body cannot use the item itself: it stays on its thread). O(1).
+    ///
+    /// ```
+    /// use bevy_ecs::prelude::*;
+    /// use nebula_memory::Arena;
+    /// use nebula_memory::bevy::{Scratch, ScratchArenas};
+    ///
+    /// fn sum_per_item(scratch: Scratch, items: Query<&Name>) {
+    ///     let batches = scratch.batches();
+    ///     items.par_iter().for_each_init(|| batches.batch(), |batch, name| {
+    ///         batch.scope(|s| s.alloc_str(name.as_str()).len());
+    ///     });
+    /// }
+    /// bevy_tasks::ComputeTaskPool::get_or_init(bevy_tasks::TaskPool::default);
+    /// let mut world = World::new();
+    /// world.insert_resource(ScratchArenas::default());
+    /// world.spawn(Name::new("a"));
+    /// world.run_system_cached(sum_per_item).unwrap();
+    /// ```
+    pub fn batches(&self) -> ScratchBatches<'_> {
+        ScratchBatches { owner: self.owner }
+    }
+}
+
+impl<T: ScratchTag> TaggedScratch<'_, T> {
+    /// Scratch batches of this parameter's arenas, charged to `T::TAG`, for work spread
+    /// over threads (see [`ScratchBatches`]). O(1).
+    pub fn batches(&self) -> ScratchBatches<'_> {
+        ScratchBatches { owner: self.owner }
+    }
 }
 
 /// A claimed arena of a thread's scratch stack, held busy until the drop resets and frees
 /// it, and held alive by a reference count of its own (an item kept in a thread-local, or
-/// got from a leaked world, may outlive its thread's stack). `*const ()` makes it, and
-/// every item holding one, neither `Send` nor `Sync`.
+/// got from a leaked world, may outlive its thread's stack).
 struct Claim {
     slot: Arc<Slot>,
-    _not_send: PhantomData<*const ()>,
+    _stays: ScratchStaysOnItsThread,
 }
+
+/// What makes a `Scratch` item neither `Send` nor `Sync`: its arena is one of its thread's,
+/// bumped without atomics. A compiler error naming this type means the item (or memory it
+/// handed out) was captured by a closure that may run on another thread, such as a
+/// `par_iter` body: take [`Scratch::batches`] (or [`TaggedScratch::batches`]) there
+/// instead, and a batch per thread with `for_each_init`.
+struct ScratchStaysOnItsThread(PhantomData<*const ()>);
 
 impl Claim {
     /// Claims an arena of `owner` on this thread for system parameter `P`.
@@ -317,7 +416,7 @@ impl Claim {
         })?;
         Ok(Claim {
             slot,
-            _not_send: PhantomData,
+            _stays: ScratchStaysOnItsThread(PhantomData),
         })
     }
 
@@ -455,7 +554,7 @@ unsafe impl SystemParam for Scratch<'_> {
                 .into_inner();
         Ok(Scratch {
             claim: Claim::new::<Self>(&arenas.owner)?,
-            _marker: PhantomData,
+            owner: &arenas.owner,
         })
     }
 }
@@ -508,7 +607,8 @@ unsafe impl<T: ScratchTag> SystemParam for TaggedScratch<'_, T> {
         .into_inner();
         Ok(TaggedScratch {
             claim: Claim::new::<Self>(&arenas.owner)?,
-            _marker: PhantomData,
+            owner: &arenas.owner,
+            _tag: PhantomData,
         })
     }
 }

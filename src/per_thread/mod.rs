@@ -13,7 +13,7 @@ pub use scratch::{
     with_scratch, with_scratch_stats,
 };
 #[cfg(feature = "bevy")]
-pub(crate) use scratch::{ScratchOwner, Slot, claim_held, release, slot_ptr};
+pub(crate) use scratch::{ScratchOwner, Slot, batch_of, claim_held, release, slot_ptr};
 pub use thread_arena::{
     DEFAULT_THREAD_ARENA_CAPACITY, ThreadArenasStats, all_thread_arenas_stats,
     end_thread_arena_frame, set_thread_arena_capacity, thread_arena_alloc, thread_arena_frame,

@@ -64,8 +64,9 @@ pub(crate) struct Slot {
     owner_id: u64,
     /// The owner, to notice it is gone (then the arena is removed at the next trim).
     owner: Weak<ScratchOwner>,
-    /// The owner's frame in which a `Scratch` item claimed the arena. Written and read only
-    /// by the stack's own thread.
+    /// The owner's frame in which a `Scratch` item claimed the arena, or [`NOT_RECLAIMED`]
+    /// for a claim that no frame end may take back (a scope, a batch). Written and read
+    /// only by the stack's own thread.
     claimed_in: Cell<u64>,
     /// Published when the arena is freed or trimmed, for other threads' figures: bytes of
     /// blocks held, and the largest `bytes_used` of one claim since the owner last asked.
@@ -313,8 +314,13 @@ pub(crate) fn slot_ptr(slot: &Arc<Slot>) -> NonNull<Slot> {
     NonNull::new(Arc::as_ptr(slot).cast_mut()).expect("an Arc's pointer is not null")
 }
 
+/// `claimed_in` of a claim that is not a Bevy item's: a batch may live past its frame (in a
+/// thread-local, leaked), so a frame end must never make its arena look forgotten.
+const NOT_RECLAIMED: u64 = u64::MAX;
+
 fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>, frame_claim: bool) -> NonNull<Slot> {
     let frame = owner.frame.load(Acquire);
+    let claimed_in = if frame_claim { frame } else { NOT_RECLAIMED };
     let mut slots = stack.slots.lock();
     for slot in slots.iter().filter(|s| s.owner_id == owner.id) {
         if slot
@@ -322,7 +328,7 @@ fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>, frame_claim: bool) -> NonN
             .compare_exchange(FREE, BUSY, Acquire, Relaxed)
             .is_ok()
         {
-            slot.claimed_in.set(frame);
+            slot.claimed_in.set(claimed_in);
             return slot_ptr(slot);
         }
         // Only this thread moves its busy arenas, so reading the state then deciding is
@@ -332,7 +338,7 @@ fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>, frame_claim: bool) -> NonN
             // ended, so the item is gone (forgotten), and everything it handed out
             // borrowed it. The slot stays busy: it is ours now.
             unsafe { slot.arena().reset_quietly() };
-            slot.claimed_in.set(frame);
+            slot.claimed_in.set(claimed_in);
             return slot_ptr(slot);
         }
     }
@@ -341,7 +347,7 @@ fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>, frame_claim: bool) -> NonN
         arena: UnsafeCell::new(MemoryArena::with_config(scratch_pool(), owner.config)),
         owner_id: owner.id,
         owner: Arc::downgrade(owner),
-        claimed_in: Cell::new(frame),
+        claimed_in: Cell::new(claimed_in),
         held: AtomicUsize::new(0),
         peak: AtomicUsize::new(0),
         window_peak: AtomicUsize::new(0),
@@ -511,6 +517,8 @@ pub struct ScratchBatch {
     arena: BatchArena,
     /// The largest `bytes_used` of its scopes, for the arena's figures and trim window.
     peak: usize,
+    /// The arena is `with_scratch`'s (not a Bevy owner's).
+    with_scratch: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -522,14 +530,29 @@ enum BatchArena {
 }
 
 /// Claims a [`with_scratch`] arena of the calling thread for a [`ScratchBatch`]. O(1).
+///
+/// Late in the thread's exit, when its scratch arenas are gone, the batch gets an arena of
+/// its own instead (a `MemoryArena` on the scratch pool, in a heap box), given back when
+/// the batch is dropped.
 pub fn scratch_batch() -> ScratchBatch {
-    let arena = match claim_held(&WITH_SCRATCH, false) {
+    batch_of(&WITH_SCRATCH)
+}
+
+/// A [`ScratchBatch`] on an arena of `owner` (`with_scratch`'s, or a Bevy `Scratch` or
+/// `TaggedScratch` resource's), claimed on the calling thread. A batch is never a frame's
+/// item: no frame end takes its arena back, however long it lives.
+pub(crate) fn batch_of(owner: &Arc<ScratchOwner>) -> ScratchBatch {
+    let arena = match claim_held(owner, false) {
         Some(slot) => BatchArena::Claimed(slot),
-        None => BatchArena::Private(Box::new(MemoryArena::new(scratch_pool()))),
+        None => BatchArena::Private(Box::new(MemoryArena::with_config(
+            scratch_pool(),
+            owner.config,
+        ))),
     };
     ScratchBatch {
         arena,
         peak: 0,
+        with_scratch: Arc::ptr_eq(owner, &WITH_SCRATCH),
         _not_send: PhantomData,
     }
 }
@@ -561,7 +584,10 @@ impl Drop for ScratchBatch {
             // SAFETY: claimed on this thread, held busy and alive (our `Arc`) until now,
             // and every scope has ended, so nothing of the arena is in use.
             unsafe { release(slot) };
-            note_freed(slot);
+            // Only `with_scratch` arenas take the fast path of its next claim.
+            if self.with_scratch {
+                note_freed(slot);
+            }
         }
     }
 }
