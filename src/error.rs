@@ -85,7 +85,9 @@ impl fmt::Display for PoolError {
             } => write!(
                 f,
                 "memory pool '{pool}' exhausted: asked for {requested} bytes, \
-                 {free} bytes free, largest free block {largest_free} bytes"
+                 {free} bytes free, largest free block {largest_free} bytes (a global \
+                 pool's size is set before first use with configure_global_pools, in Bevy \
+                 MemoryPlugin::pools; ArenaConfig::heap_fallback lets an arena go on)"
             ),
             PoolError::ZeroSize { pool } => {
                 write!(f, "memory pool '{pool}': a block of 0 bytes was requested")
@@ -96,7 +98,9 @@ impl fmt::Display for PoolError {
                 max_usable,
             } => write!(
                 f,
-                "memory pool '{pool}': {requested} bytes can never fit (at most {max_usable})"
+                "memory pool '{pool}': {requested} bytes can never fit (at most {max_usable}; \
+                 a global pool's size is set before first use with configure_global_pools, \
+                 in Bevy MemoryPlugin::pools)"
             ),
             PoolError::InvalidCapacity { pool, capacity } => {
                 write!(f, "memory pool '{pool}': invalid capacity {capacity}")
@@ -196,7 +200,8 @@ impl fmt::Display for AllocError {
             } => write!(
                 f,
                 "fixed-capacity arena on pool '{pool}' is full: asked for {requested} bytes, \
-                 {remaining} left"
+                 {remaining} left (a thread arena's cap is set with set_thread_arena_capacity, \
+                 in Bevy MemoryPlugin::thread_arena_capacity)"
             ),
             AllocError::OverBudget {
                 tag,
@@ -206,7 +211,8 @@ impl fmt::Display for AllocError {
             } => write!(
                 f,
                 "memory tag '{tag}' is over its budget: a block of {requested} bytes would take \
-                 it past its limit of {budget} bytes (it holds {held})"
+                 it past its limit of {budget} bytes (it holds {held}; the limit is set with \
+                 ledger::set_budget, in Bevy MemoryPlugin::tag_budgets)"
             ),
         }
     }

@@ -69,12 +69,14 @@
 //! With Bevy, add `nebula_memory::bevy::MemoryPlugin` and take a `Scratch` parameter in
 //! your systems; see the `nebula_memory::bevy` module. `ARCHITECTURE.md` describes the
 //! layers and their invariants.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
 
 mod alloc_api;
 mod arena;
 #[cfg(feature = "bevy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "bevy")))]
 pub mod bevy;
 mod block;
 mod error;

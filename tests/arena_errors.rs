@@ -353,3 +353,34 @@ fn a_first_block_the_pool_can_never_serve_is_refused() {
     assert_eq!(defaults.alloc_slice(1000, 7u8).len(), 1000);
     assert!(defaults.bytes_held() <= 64 * KIB);
 }
+
+/// A refusal's message names the setting that would have avoided it.
+#[test]
+fn messages_name_the_setting_to_change() {
+    use nebula_memory::ledger::{self, Budget};
+    let pool = common::pool_of("settings", 256 * KIB);
+    let arena = MemoryArena::new(&pool);
+    let exhausted = arena
+        .try_alloc_slice_copy(&[0u8; 200 * KIB])
+        .and_then(|_| arena.try_alloc_slice_copy(&[0u8; 200 * KIB]));
+    let text = exhausted.unwrap_err().to_string();
+    assert!(
+        text.contains("configure_global_pools") && text.contains("MemoryPlugin::pools"),
+        "{text}"
+    );
+    let too_large = pool.allocate_block(1 << 30).unwrap_err().to_string();
+    assert!(too_large.contains("configure_global_pools"), "{too_large}");
+    ledger::set_budget("errors/settings", Budget::Limit(1024));
+    let tagged = MemoryArena::with_config(
+        &pool,
+        nebula_memory::ArenaConfig::default().tag("errors/settings"),
+    );
+    let over = tagged
+        .try_alloc_slice_copy(&[0u8; 4096])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        over.contains("ledger::set_budget") && over.contains("MemoryPlugin::tag_budgets"),
+        "{over}"
+    );
+}

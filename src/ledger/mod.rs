@@ -16,7 +16,8 @@
 //! are checked in the same place: a [`Budget::Limit`] refuses the block (the arena's `try_`
 //! forms return [`AllocError::OverBudget`](crate::AllocError::OverBudget); the heap
 //! fallback does not get around it), a [`Budget::Warn`] sends one `tracing` WARN when the
-//! tag's holdings cross it, and again only after they fell back below.
+//! tag's holdings cross it, and again only after they fell back below (a WARN reaches a
+//! `tracing` subscriber: install one, or use Bevy's `LogPlugin`, or nothing is printed).
 //!
 //! A [`snapshot`] is a value: it prints as a tree table and writes CSV rows (one per tag
 //! per frame). With the `tracy` feature, `enable_tracy` shows each tag as a named memory
@@ -97,6 +98,7 @@ use heap::untagged_heap;
 pub use heap::{TagScope, heap_tracking, scope, set_heap_tracking};
 pub use snapshot::{LedgerSnapshot, TagFigures};
 #[cfg(feature = "tracy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tracy")))]
 pub use tracy_sink::{TracyEnd, TracyGuard, enable_tracy, tracy_events_sent};
 
 use crate::global;
@@ -124,7 +126,9 @@ pub mod tags {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Budget {
     /// One `tracing` WARN when the tag's holdings rise above this, again only after they
-    /// fell back to it or below.
+    /// fell back to it or below. The WARN goes to the app's `tracing` subscriber: a
+    /// headless program without one (no Bevy `LogPlugin`, no `tracing_subscriber` set up)
+    /// sees nothing; the snapshot's figures show the crossing either way.
     Warn(usize),
     /// A block that would take the tag's holdings above this is refused:
     /// `AllocError::OverBudget`. (The pool rounds each block up by at most 47 bytes after
