@@ -13,8 +13,7 @@
 # - Most binaries (and the unit tests): `-Zmiri-strict-provenance` with Stacked Borrows.
 # - Threads contending on one pool's lock (pool_threads, scratch, frame_thread,
 #   shared_arena, double_buffered, thread_arenas, thread_teardown, reentrancy,
-#   reentrant_tracing, ledger, ledger_totals, heap_tracking, heap_model; the heap ones also
-#   because the tracking allocator finds a whole allocation from its exposed address): the
+#   reentrant_tracing, ledger, ledger_totals): the
 #   default (permissive) provenance. A contended `parking_lot` mutex parks its thread, and
 #   parking_lot_core 0.9.12's `WordLock` turns an integer back into a pointer
 #   (word_lock.rs:320, parking_lot#477), which strict provenance rejects. Miri still
@@ -22,7 +21,10 @@
 # - Tests that read or write block data through `MemoryBlock::data(&self)` (pool_model,
 #   global_pools; the latter also contends): Tree Borrows. The pointer is derived from a
 #   reference to the 32-byte header, so Stacked Borrows forbids using it past the header,
-#   as `data`'s documentation says (`MemoryBlock::data_of` is the pointer for that).
+#   as `data`'s documentation says (`MemoryBlock::data_of` is the pointer for that). And
+#   the tracking allocator's (heap_model, heap_tracking): its `dealloc` reads the tag
+#   trailer just past a `Box`'s bytes, through the `Box`'s pointer, which Stacked Borrows
+#   forbids to every allocator that keeps data next to an allocation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PROPTEST_CASES="${PROPTEST_CASES:-4}"
@@ -30,8 +32,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/miri}"
 # Miri isolates the program from the host environment; forward the one variable it reads.
 common="-Zmiri-env-forward=PROPTEST_CASES ${MIRIFLAGS:-}"
 
-threaded="pool_threads scratch frame_thread shared_arena double_buffered thread_arenas thread_teardown reentrancy reentrant_tracing ledger ledger_totals heap_tracking heap_model"
-tree_borrows="pool_model global_pools"
+threaded="pool_threads scratch frame_thread shared_arena double_buffered thread_arenas thread_teardown reentrancy reentrant_tracing ledger ledger_totals"
+tree_borrows="pool_model global_pools heap_model heap_tracking"
 
 targets() {
     for t in "$@"; do printf -- '--test %s ' "$t"; done

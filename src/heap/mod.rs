@@ -99,17 +99,6 @@ fn with_trailer(layout: Layout) -> Option<Layout> {
     Some(unsafe { Layout::from_size_align_unchecked(layout.size() + TRAILER, layout.align()) })
 }
 
-/// The whole inner allocation at `p`'s address, as `alloc` returned it (and exposed it).
-///
-/// The caller's pointer may carry less than that: one derived from a `Box` or a `Vec`
-/// covers the caller's bytes only, not the trailer after them, and the inner allocator
-/// must get back a pointer to all it handed out. `alloc` exposes the provenance of every
-/// allocation it returns, so the address alone finds it again.
-#[inline(always)]
-fn whole(p: *mut u8) -> *mut u8 {
-    ptr::with_exposed_provenance_mut(p.addr())
-}
-
 /// Writes the trailer of an allocation of `size` bytes at `p`.
 ///
 /// # Safety
@@ -123,9 +112,14 @@ unsafe fn write_trailer(p: *mut u8, size: usize, id: u16) {
 
 /// Reads the trailer of a live allocation of `size` bytes at `p`.
 ///
+/// The caller's pointer is used as it is, also for the trailer just past its bytes and to
+/// give the whole allocation back: that is the pointer the caller's contract concerns (a
+/// `Box` frees through its own). Under Stacked Borrows a pointer derived from a `Box`
+/// covers the `Box`'s bytes only, which forbids any allocator from keeping data next to an
+/// allocation; Tree Borrows, which Miri runs this allocator's tests under, allows it.
+///
 /// # Safety
-/// `p` is the whole inner allocation ([`whole`]) of a live allocation this allocator
-/// made for a layout of `size` bytes.
+/// `p` is a live allocation this allocator made for a layout of `size` bytes.
 #[inline(always)]
 unsafe fn read_trailer(p: *mut u8, size: usize) -> u16 {
     // SAFETY: this allocator wrote the trailer there (`alloc`, `alloc_zeroed`,
@@ -133,15 +127,13 @@ unsafe fn read_trailer(p: *mut u8, size: usize) -> u16 {
     unsafe { ptr::read_unaligned(p.add(size).cast::<u16>()) }
 }
 
-/// Hands out a fresh inner allocation: exposes its provenance (for [`whole`]), counts it
-/// and writes its trailer.
+/// Hands out a fresh inner allocation: counts it and writes its trailer.
 ///
 /// # Safety
 /// `p` is null or a fresh inner allocation of `size + TRAILER` bytes.
 #[inline(always)]
 unsafe fn hand_out(p: *mut u8, size: usize) -> *mut u8 {
     if !p.is_null() {
-        p.expose_provenance();
         let id = counters::charge(size);
         // SAFETY: `p` holds `size + TRAILER` bytes.
         unsafe { write_trailer(p, size, id) };
@@ -153,8 +145,7 @@ unsafe fn hand_out(p: *mut u8, size: usize) -> *mut u8 {
 // more bytes (checked: an overflowing layout fails with null, as allowed), and hands the
 // caller the inner pointer itself, so alignment, validity and the zeroing of
 // `alloc_zeroed` are the inner allocator's; the trailer lies past the caller's bytes.
-// `dealloc` and `realloc` rebuild the very layout the allocation was made with, and the
-// pointer to the whole inner allocation from its exposed provenance (`whole`). The
+// `dealloc` and `realloc` rebuild the very layout the allocation was made with. The
 // counting in between neither allocates nor unwinds nor locks.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
     #[inline]
@@ -178,7 +169,6 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
 
     #[inline]
     unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
-        let p = whole(p);
         // SAFETY: `p` is live with `layout` (the caller's contract), so its trailer is ours.
         let id = unsafe { read_trailer(p, layout.size()) };
         counters::credit(id, layout.size());
@@ -199,7 +189,6 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
         else {
             return ptr::null_mut();
         };
-        let p = whole(p);
         // SAFETY: `p` is live with `layout`. Read before the move (a shrink may cut it off).
         let id = unsafe { read_trailer(p, layout.size()) };
         // SAFETY: the layout `p` was allocated with (checked valid then, see `alloc`).
@@ -209,7 +198,6 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
         // to the alignment, fits `isize` (checked above).
         let q = unsafe { self.inner.realloc(p, outer, new_outer) };
         if !q.is_null() {
-            q.expose_provenance();
             // SAFETY: `q` holds `new_size + TRAILER` bytes.
             unsafe { write_trailer(q, new_size, id) };
             counters::resize(id, layout.size(), new_size);
