@@ -6,10 +6,10 @@
 # Binaries that spawn a child of themselves (quarantine: the deliberate stale read must die
 # of SIGSEGV) run under valgrind; the child runs natively (no --trace-children).
 #
-# NEBULA_UNDER_VALGRIND=1 makes tests/bevy_parallel.rs run fewer frames, and tests/pool_rss.rs
-# and tests/soak.rs skip their RSS
-# assertions only (valgrind's shadow memory and replacement heap are in /proc/self/statm);
-# all their other assertions still run.
+# NEBULA_UNDER_VALGRIND=1 makes tests/bevy_parallel.rs run fewer frames (a twentieth of
+# its full length, which NEBULA_FULL_SIZE=1 asks for), and tests/pool_rss.rs and
+# tests/soak.rs skip their RSS assertions only (valgrind's shadow memory and replacement
+# heap are in /proc/self/statm); all their other assertions still run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PROPTEST_CASES="${PROPTEST_CASES:-16}"
@@ -17,6 +17,7 @@ export PROPTEST_CASES="${PROPTEST_CASES:-16}"
 # frame 5,000 and the trim after it (~35 s under valgrind).
 export NEBULA_SOAK_FRAMES="${NEBULA_SOAK_FRAMES:-6000}"
 export NEBULA_UNDER_VALGRIND=1
+export NEBULA_FULL_SIZE=1
 # Test binaries to leave out, by name, space-separated (none at present).
 skip=" "
 
