@@ -10,5 +10,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/asan}"
 # ASan's leak checker flags the process-lifetime global pools' bookkeeping; leaks are
 # valgrind's job (scripts/valgrind.sh).
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}"
-# Doctests are skipped: rustdoc does not pass the sanitizer to every doctest build.
+# The long runs at full length (an ordinary debug `cargo test` shortens them).
+export NEBULA_FULL_SIZE=1
+# Doctests are skipped: rustdoc does not pass the sanitizer to every doctest build (and the
+# `compile_fail` ones, the compile-time guarantees, run no code).
 cargo +nightly test --target x86_64-unknown-linux-gnu --tests "$@"

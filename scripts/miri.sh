@@ -2,9 +2,11 @@
 # The core's tests under Miri (`rustup component add miri rust-src --toolchain nightly`).
 # Under Miri the pool region comes from `std::alloc` instead of mmap; test binaries that
 # need the OS or are measurements (pool_rss, soak, pool_efficiency, quarantine,
-# asan_reports) are compiled out with `#![cfg(not(miri))]`, compile_fail is ignored, tests
-# doing millions of operations run smaller inputs under `cfg!(miri)`, and proptest runs few
-# cases (PROPTEST_CASES, default 4). About 15 minutes on two (shared) cores.
+# asan_reports) are compiled out with `#![cfg(not(miri))]`, tests doing millions of
+# operations run smaller inputs under `cfg!(miri)`, and proptest runs few cases
+# (PROPTEST_CASES, default 4). Doctests are not run (only `--lib` and `--test` targets
+# below): the compile-time guarantees are `compile_fail` doctests, which run no code.
+# About 15 minutes on two (shared) cores.
 #
 # Arguments go to every `cargo miri test` below, e.g. `scripts/miri.sh -- --test-threads=2`.
 # MIRIFLAGS, if set, is added to each run's flags.

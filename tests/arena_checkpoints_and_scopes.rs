@@ -187,3 +187,30 @@ fn scopes_free_on_panic() {
     assert!(keep.iter().enumerate().all(|(i, &x)| x == i as u8));
     assert_eq!(arena.alloc_slice(2, 3u8), &[3, 3]);
 }
+
+// ------------------------------------------------------------------ the compile-time rules
+
+/// The patterns the `compile_fail` doctests get wrong (an allocation leaving its scope,
+/// `reset` while a borrow or a collection is alive, a destructor in `alloc_val`), done
+/// right: they compile and run.
+#[test]
+fn the_refused_patterns_done_right() {
+    use allocator_api2::vec::Vec as AVec;
+    use nebula_memory::with_scratch;
+
+    let pool = pool("done_right");
+    let mut arena = MemoryArena::new(&pool);
+    let n = arena.scope(|a| *a.alloc_val(1u32) + 1);
+    assert_eq!(n, 2);
+    {
+        let mut v = AVec::new_in(&arena);
+        v.push(1u32);
+    }
+    let boxed = arena.alloc_boxed(String::from("dropped properly"));
+    assert_eq!(boxed.len(), 16);
+    drop(boxed);
+    arena.reset();
+    assert_eq!(arena.bytes_used(), 0);
+    let len = with_scratch(|s| s.alloc_slice(16, 0u8).len());
+    assert_eq!(len, 16);
+}

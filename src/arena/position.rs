@@ -113,6 +113,23 @@ impl<'pool> MemoryArena<'pool> {
     /// assert_eq!(sum, 4950);
     /// assert_eq!(arena.bytes_used(), 0);
     /// ```
+    ///
+    /// What `f` allocates cannot leave it, neither returned nor stored outside:
+    ///
+    /// ```compile_fail
+    /// use nebula_memory::Arena;
+    /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// let escaped: &mut u32 = arena.scope(|a| a.alloc_val(1u32)); // lifetime may not live long enough
+    /// *escaped += 1;
+    /// ```
+    ///
+    /// ```compile_fail,E0521
+    /// use nebula_memory::Arena;
+    /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// let mut escaped = None;
+    /// arena.scope(|a| escaped = Some(a.alloc_val(1u32))); // borrowed data escapes the closure
+    /// *escaped.unwrap() += 1;
+    /// ```
     pub fn scope<R>(&mut self, f: impl FnOnce(&MemoryArena<'pool>) -> R) -> R {
         let guard = self.scope_guard();
         f(&guard)
@@ -131,6 +148,19 @@ impl<'pool> MemoryArena<'pool> {
     ///     assert_eq!(*v, 5);
     /// }
     /// assert_eq!(arena.bytes_used(), 0);
+    /// ```
+    ///
+    /// An allocation cannot outlive its guard, so it is never alive at the rewind:
+    ///
+    /// ```compile_fail,E0597
+    /// use nebula_memory::Arena;
+    /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// let escaped;
+    /// {
+    ///     let guard = arena.scope_guard();
+    ///     escaped = guard.alloc_val(1u32); // `guard` does not live long enough
+    /// }
+    /// *escaped += 1;
     /// ```
     pub fn scope_guard(&mut self) -> ArenaScope<'_, 'pool> {
         ArenaScope {

@@ -31,6 +31,26 @@ impl<'pool> MemoryArena<'pool> {
     /// arena.reset();
     /// assert_eq!((arena.block_count(), arena.bytes_used()), (1, 0));
     /// ```
+    ///
+    /// `&mut self` is what makes it safe: no allocation, and no collection allocating from
+    /// the arena, can be alive across it.
+    ///
+    /// ```compile_fail,E0502
+    /// use nebula_memory::Arena;
+    /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// let value = arena.alloc_val(7u64);
+    /// arena.reset(); // cannot borrow `arena` as mutable: `value` borrows it
+    /// println!("{value}");
+    /// ```
+    ///
+    /// ```compile_fail,E0502
+    /// use allocator_api2::vec::Vec;
+    /// let mut arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// let mut v = Vec::new_in(&arena);
+    /// v.push(1u32);
+    /// arena.reset(); // cannot borrow `arena` as mutable: `v` borrows it
+    /// v.push(2);
+    /// ```
     #[inline]
     pub fn reset(&mut self) {
         if !self.reset_steady() {

@@ -155,6 +155,38 @@ impl ScratchArenas {
 /// world.spawn(Pos(1.0, 0.0));
 /// assert_eq!(world.run_system_cached(nearest_to_origin).unwrap(), 1.0);
 /// ```
+///
+/// The item is `!Send + !Sync`: its arena is its thread's, so neither the item nor its
+/// memory can reach a closure that runs on another thread, be it a spawned thread or the
+/// body of `par_iter` (which runs on the compute pool).
+///
+/// ```compile_fail,E0277
+/// use nebula_memory::Arena;
+/// use nebula_memory::bevy::Scratch;
+///
+/// fn system(scratch: Scratch) {
+///     std::thread::scope(|s| {
+///         s.spawn(|| scratch.alloc_val(1u8)); // `*const ()` cannot be shared between threads safely
+///     });
+/// }
+/// let _ = bevy_ecs::system::IntoSystem::into_system(system);
+/// ```
+///
+/// ```compile_fail,E0277
+/// use bevy_ecs::prelude::*;
+/// use nebula_memory::Arena;
+/// use nebula_memory::bevy::Scratch;
+///
+/// #[derive(Component)]
+/// struct Item(u32);
+///
+/// fn system(scratch: Scratch, items: Query<&Item>) {
+///     items.par_iter().for_each(|item| {
+///         scratch.alloc_val(item.0); // `*const ()` cannot be shared between threads safely
+///     });
+/// }
+/// let _ = IntoSystem::into_system(system);
+/// ```
 pub struct Scratch<'w> {
     claim: Claim,
     /// The resource's owner (borrowed for the run), for [`Scratch::batches`].

@@ -76,7 +76,7 @@ pub(crate) fn alloc_failed(e: &AllocError) -> ! {
 /// Implementing the one required method is all it takes, which is why the trait is
 /// `unsafe`: a safe `impl Arena` returning any pointer would let the helpers write there.
 ///
-/// ```compile_fail
+/// ```compile_fail,E0200
 /// // Without `unsafe`, an implementation does not compile: the helpers trust it.
 /// struct Liar;
 /// impl nebula_memory::Arena for Liar {
@@ -253,6 +253,17 @@ pub unsafe trait Arena {
     /// let x = arena.alloc_val(41u32);
     /// *x += 1;
     /// assert_eq!(*x, 42);
+    /// ```
+    ///
+    /// A type with a destructor is refused when the call is compiled (the arena would never
+    /// run it; [`alloc_boxed`](Arena::alloc_boxed) returns an [`ArenaBox`] that does), as by
+    /// every helper that returns `&mut T` or `&mut [T]`.
+    ///
+    /// ```compile_fail,E0080
+    /// use nebula_memory::Arena;
+    /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+    /// let s = arena.alloc_val(String::from("leaked")); // this type has a destructor, ...
+    /// s.push('!');
     /// ```
     #[inline(always)]
     #[track_caller]

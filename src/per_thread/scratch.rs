@@ -461,6 +461,33 @@ fn trim_if_oversized(slot: &Slot) -> usize {
 /// });
 /// assert_eq!(total, 99 + 9900);
 /// ```
+///
+/// The scratch memory cannot leave the call that allocated it, returned or stored
+/// outside:
+///
+/// ```compile_fail
+/// use nebula_memory::Arena;
+/// let escaped = nebula_memory::with_scratch(|s| s.alloc_slice(16, 0u8)); // lifetime may not live long enough
+/// escaped[0] = 1;
+/// ```
+///
+/// ```compile_fail,E0521
+/// use nebula_memory::Arena;
+/// let mut escaped = None;
+/// nebula_memory::with_scratch(|s| escaped = Some(s.alloc_slice(16, 0u8))); // borrowed data escapes the closure
+/// escaped.unwrap()[0] = 1;
+/// ```
+///
+/// Nor can it reach another thread: the arena is `!Sync`, so `&MemoryArena` is not `Send`.
+///
+/// ```compile_fail,E0277
+/// use nebula_memory::Arena;
+/// nebula_memory::with_scratch(|s| {
+///     std::thread::scope(|t| {
+///         t.spawn(|| s.alloc_val(1u8)); // `Cell<()>` cannot be shared between threads safely
+///     });
+/// });
+/// ```
 pub fn with_scratch<R>(f: impl FnOnce(&MemoryArena<'static>) -> R) -> R {
     /// Frees the claimed arena, also when the closure panics.
     struct Exit(NonNull<Slot>);

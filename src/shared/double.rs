@@ -249,6 +249,17 @@ impl<'pool> DoubleBufferedArena<'pool> {
     /// frames.swap();
     /// assert!(frames.get(h).is_none());
     /// ```
+    ///
+    /// A plain reference from [`get`](DoubleBufferedArena::get) borrows the arena, so it
+    /// cannot live across `swap` (a [`FrameHandle`] is what crosses frames):
+    ///
+    /// ```compile_fail,E0502
+    /// let mut frames = nebula_memory::DoubleBufferedArena::new(nebula_memory::scratch_pool());
+    /// let h = frames.store(1u32);
+    /// let value: &u32 = frames.get(h).unwrap();
+    /// frames.swap(); // cannot borrow `frames` as mutable: `value` borrows it
+    /// assert_eq!(*value, 1);
+    /// ```
     pub fn swap(&mut self) {
         let older = 1 - self.current;
         // The stamp first: from here on no handle of the older frame passes `get`, even

@@ -170,6 +170,19 @@ impl std::fmt::Debug for GameArena {
 
 /// A read guard of the [`game_arena`]: derefs to its [`SharedArena`]; every allocation
 /// borrows it. From [`GameArena::read`].
+///
+/// So an allocation cannot outlive its guard, and cannot be alive when
+/// [`wait_and_reset`](GameArena::wait_and_reset) frees the level's memory:
+///
+/// ```compile_fail,E0505
+/// use nebula_memory::Arena;
+/// let level = nebula_memory::game_arena();
+/// let guard = level.read();
+/// let hp = guard.alloc_val(100u32);
+/// drop(guard); // cannot move out of `guard` because it is borrowed
+/// level.wait_and_reset();
+/// assert_eq!(*hp, 100);
+/// ```
 pub struct GameArenaGuard<'a> {
     guard: RwLockReadGuard<'a, SharedArena<'static>>,
     /// Counted in its thread's `GUARDS_HERE`, so it must be dropped there: not `Send`

@@ -290,6 +290,19 @@ impl<'pool> SharedArena<'pool> {
     /// let arena = nebula_memory::engine_arena();
     /// let mine: &nebula_memory::MemoryArena<'static> = arena.with_this_thread(|mine| mine);
     /// ```
+    ///
+    /// Nor reach another thread (a part is `!Sync`, so the reference is not `Send`); other
+    /// threads allocate through the `SharedArena`, into their own parts:
+    ///
+    /// ```compile_fail,E0277
+    /// use nebula_memory::Arena;
+    /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
+    /// arena.with_this_thread(|mine| {
+    ///     std::thread::scope(|t| {
+    ///         t.spawn(|| mine.alloc_val(1u8)); // `Cell<()>` cannot be shared between threads safely
+    ///     });
+    /// });
+    /// ```
     #[inline]
     pub fn with_this_thread<R>(&self, f: impl FnOnce(&MemoryArena<'pool>) -> R) -> R {
         self.with_part(f)

@@ -1,8 +1,8 @@
 //! The render side of the frame's work, written once for every run: frustum culling, LOD
 //! sorting and the meshing of the voxel chunks that stream in.
 
-use allocator_api2::alloc::Allocator;
-use allocator_api2::vec::Vec as AVec;
+use nebula_memory::allocator_api2::alloc::Allocator;
+use nebula_memory::allocator_api2::vec::Vec as AVec;
 
 use crate::workload::{CHUNK, LOD_KEPT, WORLD, mix};
 

@@ -15,9 +15,9 @@
 //! that every run computed the same checksums every frame, and writes the figures as CSV
 //! and an SVG plot.
 //!
-//! `cargo run --release --example frame_loop [-- --frames N --entities N --out DIR
-//! --no-mimalloc]`. Without `--out`, the files go to `frame_loop/` in the target directory
-//! this program was built in.
+//! `cargo run --release -p frame_loop [-- --frames N --entities N --out DIR --no-mimalloc]`
+//! from the repository root (this is a package of the workspace). Without `--out`, the
+//! files go to `frame_loop/` in the target directory this program was built in.
 
 mod alloc;
 mod plot;
@@ -53,15 +53,18 @@ fn number(args: &[String], name: &str, default: usize) -> usize {
 }
 
 /// `--out`, else `frame_loop/` in the target directory this program was built in (it runs
-/// from `<target>/<profile>/examples/`), else under `CARGO_TARGET_DIR` or `./target`.
+/// from `<target>/<profile>/`, next to the `deps/` cargo keeps there), else under
+/// `CARGO_TARGET_DIR` or `./target`.
 fn out_dir(args: &[String]) -> PathBuf {
     if let Some(dir) = value(args, "--out") {
         return PathBuf::from(dir);
     }
     let built_in = std::env::current_exe().ok().and_then(|exe| {
-        let examples = exe.parent()?;
-        (examples.file_name()? == "examples")
-            .then(|| examples.parent()?.parent().map(Path::to_path_buf))?
+        let profile = exe.parent()?;
+        profile
+            .join("deps")
+            .is_dir()
+            .then(|| profile.parent().map(Path::to_path_buf))?
     });
     let target = built_in
         .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from))

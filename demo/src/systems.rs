@@ -16,13 +16,13 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use allocator_api2::alloc::{Allocator, Global};
-use allocator_api2::vec::Vec as AVec;
 use bevy_app::{
     App, Last, PostUpdate, TaskPoolOptions, TaskPoolPlugin, TaskPoolThreadAssignmentPolicy, Update,
 };
 use bevy_ecs::prelude::*;
 use bevy_utils::Parallel;
+use nebula_memory::allocator_api2::alloc::{Allocator, Global};
+use nebula_memory::allocator_api2::vec::Vec as AVec;
 use nebula_memory::bevy::{FrameMemory, MemoryPlugin, MemorySystems, TaggedScratch};
 use nebula_memory::{FrameHandle, ScratchBatch, scratch_batch};
 

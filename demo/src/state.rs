@@ -5,10 +5,10 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 
-use allocator_api2::alloc::Allocator;
-use allocator_api2::vec::Vec as AVec;
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
+use nebula_memory::allocator_api2::alloc::Allocator;
+use nebula_memory::allocator_api2::vec::Vec as AVec;
 
 use crate::workload::is_spike;
 

@@ -15,9 +15,9 @@
 //! times (its neighbour lists about 58, its contact pairs about 94 times; the grid does
 //! not grow), streaming about 61 times (the demo prints these figures for every run).
 
-use allocator_api2::alloc::Allocator;
-use allocator_api2::vec::Vec as AVec;
 use bevy_ecs::prelude::*;
+use nebula_memory::allocator_api2::alloc::Allocator;
+use nebula_memory::allocator_api2::vec::Vec as AVec;
 
 pub const WORLD: f32 = 66.0;
 pub const CELL: f32 = 6.0;
