@@ -2,6 +2,11 @@
 //! global allocator, so every heap allocation of the process is charged to the calling
 //! thread's scope (or the untagged line). Each test uses tags of its own; figures are
 //! compared as differences, since the harness allocates too.
+//!
+//! Not under Miri (megabytes per test through the global allocator are slow there): the
+//! allocator's logic is Miri-checked by `tests/heap_model.rs`; this binary runs natively
+//! and under TSan.
+#![cfg(not(miri))]
 
 mod common;
 
