@@ -262,7 +262,9 @@ fn nested_scratch_users_through_work_stealing() {
         nested > 0,
         "work stealing never nested a system: the test proves nothing"
     );
-    assert!(arenas > 4, "a nested run took a second arena on its thread");
+    // The systems' arenas are shared by all threads: as many as claims were alive at
+    // once, and a nested run's claim is one more (the waiting system still holds its own).
+    assert!(arenas >= 2, "a nested run took an arena of its own");
 }
 
 /// Two `Scratch` parameters in one system are two arenas; they are dropped in declaration

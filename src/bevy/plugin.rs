@@ -61,8 +61,9 @@ pub struct MemoryPlugin {
     pub pools: Option<GlobalPoolConfig>,
     /// Capacity of each thread's frame arena (`thread_arena_alloc`).
     pub thread_arena_capacity: usize,
-    /// Block sizing and trimming of the scratch arenas behind `Scratch` (default: 16 KiB
-    /// first blocks, [`SCRATCH_FIRST_BLOCK`](crate::SCRATCH_FIRST_BLOCK)).
+    /// Block sizing and trimming of the scratch arenas behind `Scratch` and
+    /// `TaggedScratch` (default: 4 KiB first blocks,
+    /// [`SCRATCH_FIRST_BLOCK`](crate::SCRATCH_FIRST_BLOCK)).
     pub scratch: ArenaConfig,
     /// Block sizing and trimming of [`FrameMemory`] (default
     /// [`FrameMemory::default_config`]).

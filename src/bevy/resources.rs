@@ -195,13 +195,13 @@ impl Default for FrameMemory {
 }
 
 impl FrameMemory {
-    /// The default config: 16 KiB first blocks (one per thread that stores, in each of
+    /// The default config: 4 KiB first blocks (one per thread that stores, in each of
     /// the two buffers), trimmed after [`FRAME_MEMORY_TRIM_AFTER_RESETS`] oversized resets,
     /// charged to the ledger tag `scratch/frame_memory`. O(1).
     ///
     /// ```
     /// let config = nebula_memory::bevy::FrameMemory::default_config();
-    /// assert_eq!(config.first_block, 16 * 1024);
+    /// assert_eq!(config.first_block, 4 * 1024);
     /// ```
     pub fn default_config() -> ArenaConfig {
         ArenaConfig::default()

@@ -101,7 +101,7 @@ impl ScratchArenas {
             config
         };
         ScratchArenas {
-            owner: ScratchOwner::new(config),
+            owner: ScratchOwner::shared(config),
         }
     }
 
@@ -225,7 +225,7 @@ impl<T: ScratchTag> TaggedScratchArenas<T> {
     pub fn with_config(config: ArenaConfig) -> Self {
         config.check_against(scratch_pool());
         TaggedScratchArenas {
-            owner: ScratchOwner::new(config.tag(T::TAG)),
+            owner: ScratchOwner::shared(config.tag(T::TAG)),
             _tag: PhantomData,
         }
     }

@@ -31,12 +31,13 @@
 use std::cell::{Cell, OnceCell, UnsafeCell};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize};
 use std::sync::{Arc, LazyLock, Weak};
 
 use parking_lot::Mutex;
 
+use super::owner::ScratchOwner;
 use crate::arena::{ArenaConfig, MemoryArena, block_need};
 use crate::global::scratch_pool;
 
@@ -64,27 +65,64 @@ pub(crate) struct Slot {
     owner_id: u64,
     /// The owner, to notice it is gone (then the arena is removed at the next trim).
     owner: Weak<ScratchOwner>,
-    /// The owner's frame in which a `Scratch` item claimed the arena, or [`NOT_RECLAIMED`]
-    /// for a claim that no frame end may take back (a scope, a batch). Written and read
-    /// only by the stack's own thread.
-    claimed_in: Cell<u64>,
+    /// The owner's frame in which a Bevy item claimed the arena, or [`NOT_RECLAIMED`] for a
+    /// claim that no frame end may take back (a scope, a batch). Written by the claimer,
+    /// read by a shared owner's frame end (`&mut` on its resource).
+    pub(super) claimed_in: AtomicU64,
     /// Published when the arena is freed or trimmed, for other threads' figures: bytes of
     /// blocks held, and the largest `bytes_used` of one claim since the owner last asked.
-    held: AtomicUsize,
-    peak: AtomicUsize,
+    pub(super) held: AtomicUsize,
+    pub(super) peak: AtomicUsize,
     /// The largest `bytes_used` of one claim in the current trim window.
     window_peak: AtomicUsize,
 }
 
 // SAFETY: the arena (`Send`) is used only by whoever holds the slot's state out of `FREE`
 // (the compare-and-swap that takes it is `Acquire`, the store that gives it back `Release`,
-// so each holder sees the last one's writes). `claimed_in` is touched only by the thread
-// whose stack holds the slot. Everything else is atomic or immutable.
+// so each holder sees the last one's writes), on whichever thread. Everything else is
+// atomic or immutable.
 unsafe impl Sync for Slot {}
-// SAFETY: as above; the `Cell` moves with the slot, which has no thread affinity.
+// SAFETY: as above: nothing in a slot is bound to a thread.
 unsafe impl Send for Slot {}
 
 impl Slot {
+    /// A new arena of `owner`, claimed (busy) with `claimed_in`.
+    pub(super) fn new_busy(owner: &Arc<ScratchOwner>, claimed_in: u64) -> Arc<Slot> {
+        Arc::new(Slot {
+            state: AtomicU8::new(BUSY),
+            arena: UnsafeCell::new(MemoryArena::with_config(scratch_pool(), owner.config)),
+            owner_id: owner.id,
+            owner: Arc::downgrade(owner),
+            claimed_in: AtomicU64::new(claimed_in),
+            held: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            window_peak: AtomicUsize::new(0),
+        })
+    }
+
+    /// Moves the slot from free to busy: the caller has the arena to itself until it frees
+    /// it. `false` if it was not free.
+    pub(super) fn try_claim(&self) -> bool {
+        self.state
+            .compare_exchange(FREE, BUSY, Acquire, Relaxed)
+            .is_ok()
+    }
+
+    /// Whether a claim holds the slot.
+    pub(super) fn is_busy(&self) -> bool {
+        self.state.load(Acquire) == BUSY
+    }
+
+    /// Takes back a busy slot whose claimer is gone: resets and frees it.
+    ///
+    /// # Safety
+    /// The slot is busy, and its claimer (and everything it handed out) is gone, so the
+    /// claim passes to the caller.
+    pub(super) unsafe fn reclaim(&self) {
+        // SAFETY: forwarded: the claim is the caller's, nothing of the arena is in use.
+        unsafe { self.free() }
+    }
+
     /// The arena. Only for the holder of the slot's state.
     ///
     /// # Safety
@@ -136,98 +174,22 @@ impl Slot {
     }
 }
 
-/// Who a thread's scratch arenas belong to: [`with_scratch`], or one Bevy `ScratchArenas`.
-pub(crate) struct ScratchOwner {
-    id: u64,
-    config: ArenaConfig,
-    /// Frames this owner has ended (Bevy): a busy arena claimed in an earlier one was
-    /// claimed by an item that was `mem::forget`-ed, since a frame ends only when no item
-    /// is alive.
-    frame: AtomicU64,
-    /// The owner's arenas on every thread, for its figures. Weak: a thread's exit frees
-    /// its arenas.
-    slots: Mutex<Vec<Weak<Slot>>>,
-}
-
-/// The figures of one owner's arenas on every thread, from [`ScratchOwner::figures`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(not(feature = "bevy"), allow(dead_code))] // used by the Bevy owners
-pub(crate) struct OwnerFigures {
-    /// Sum over the arenas of the most one claim used since the last call.
-    pub(crate) peak_bytes: usize,
-    /// Arenas on live threads.
-    pub(crate) arenas: usize,
-    /// Bytes of blocks they hold (as of when each was last freed or trimmed).
-    pub(crate) bytes_held: usize,
-}
-
-static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
-
-#[cfg_attr(not(feature = "bevy"), allow(dead_code))] // some of it only for the Bevy owners
-impl ScratchOwner {
-    /// A new owner whose arenas follow `config`.
-    pub(crate) fn new(config: ArenaConfig) -> Arc<ScratchOwner> {
-        Arc::new(ScratchOwner {
-            id: NEXT_OWNER.fetch_add(1, Relaxed),
-            config,
-            frame: AtomicU64::new(0),
-            slots: Mutex::new(Vec::new()),
-        })
-    }
-
-    /// Ends the owner's frame: busy arenas claimed before now were `mem::forget`-ed and
-    /// may be reclaimed by their threads.
-    ///
-    /// # Safety
-    /// No item that claimed one of this owner's arenas is alive.
-    pub(crate) unsafe fn end_frame(&self) {
-        self.frame.fetch_add(1, AcqRel);
-    }
-
-    /// The config the owner's arenas follow.
-    pub(crate) fn config(&self) -> ArenaConfig {
-        self.config
-    }
-
-    /// The owner's arenas and the bytes they hold, leaving the peaks alone.
-    pub(crate) fn held(&self) -> (usize, usize) {
-        self.slots
-            .lock()
-            .iter()
-            .filter_map(Weak::upgrade)
-            .fold((0, 0), |(n, b), s| (n + 1, b + s.held.load(Relaxed)))
-    }
-
-    /// The owner's figures, and restarts the peaks.
-    pub(crate) fn figures(&self) -> OwnerFigures {
-        let mut f = OwnerFigures::default();
-        self.slots.lock().retain(|slot| {
-            let Some(slot) = slot.upgrade() else {
-                return false;
-            };
-            f.arenas += 1;
-            f.bytes_held += slot.held.load(Relaxed);
-            f.peak_bytes += slot.peak.swap(0, Relaxed);
-            true
-        });
-        f
-    }
-}
-
 /// The `with_scratch` owner.
 static WITH_SCRATCH: LazyLock<Arc<ScratchOwner>> = LazyLock::new(|| {
-    ScratchOwner::new(
+    ScratchOwner::per_thread(
         ArenaConfig::default()
             .first_block(SCRATCH_FIRST_BLOCK)
             .tag(crate::ledger::tags::WITH_SCRATCH),
     )
 });
 
-/// The first block of the crate's per-thread scratch arenas (`with_scratch`, and the Bevy
-/// `Scratch` by default): 16 KiB, since there is one per thread and nesting depth, and
-/// most scratch use is small; a larger need grows the arena, and its reset keeps one
-/// block sized for it.
-pub const SCRATCH_FIRST_BLOCK: usize = 16 * 1024;
+/// The first block of the crate's scratch arenas (`with_scratch`, the Bevy `Scratch` and
+/// `TaggedScratch` parameters and `FrameMemory` by default): 4 KiB, the block granule.
+/// There is one per thread and nesting depth (`with_scratch`), per claim alive at once
+/// (a system's item, each batch of its `par_iter`), per thread that stores (frame memory),
+/// and most scratch use is small; a larger need grows the arena, and its reset keeps one
+/// block sized for it (the need plus an eighth), so the blocks follow the need.
+pub const SCRATCH_FIRST_BLOCK: usize = 4 * 1024;
 
 /// One thread's scratch arenas. The lock is the owner thread's on every claim
 /// (uncontended) and a maintaining thread's while it trims.
@@ -256,11 +218,9 @@ thread_local! {
     static LAST_FREED: Cell<*const Slot> = const { Cell::new(std::ptr::null()) };
 }
 
-/// Claims a free arena of `owner` on the calling thread, making one if all are busy; a busy
-/// one claimed in an earlier frame of `owner` (an item that was forgotten) is reset and
-/// reused. With `frame_claim`, records the owner's frame (a Bevy item). `None` if the
-/// thread's storage is being torn down.
-pub(crate) fn claim(owner: &Arc<ScratchOwner>, frame_claim: bool) -> Option<NonNull<Slot>> {
+/// Claims a free `with_scratch` (per-thread owner) arena on the calling thread, making one
+/// if all are busy. `None` if the thread's storage is being torn down.
+pub(crate) fn claim(owner: &Arc<ScratchOwner>) -> Option<NonNull<Slot>> {
     STACK
         .try_with(|cell| {
             let stack = &cell
@@ -272,32 +232,35 @@ pub(crate) fn claim(owner: &Arc<ScratchOwner>, frame_claim: bool) -> Option<NonN
                     Registered(stack)
                 })
                 .0;
-            if !frame_claim && Arc::ptr_eq(owner, &WITH_SCRATCH) {
+            if Arc::ptr_eq(owner, &WITH_SCRATCH) {
                 let last = LAST_FREED.with(Cell::get);
                 // SAFETY: a slot of this thread's stack (only `with_scratch` slots are
                 // recorded), which is alive: we are inside `STACK.try_with`.
                 if let Some(slot) = unsafe { last.as_ref() }
-                    && slot
-                        .state
-                        .compare_exchange(FREE, BUSY, Acquire, Relaxed)
-                        .is_ok()
+                    && slot.try_claim()
                 {
                     // The recorded pointer itself (from `slot_ptr`), not one made from the
                     // reference: `claim_held` needs the `Arc`'s provenance.
                     return NonNull::new(last.cast_mut()).expect("a recorded slot");
                 }
             }
-            claim_in(stack, owner, frame_claim)
+            claim_in(stack, owner)
         })
         .ok()
 }
 
-/// [`claim`] for a holder that may outlive the thread's stack (a [`ScratchBatch`] or a Bevy
-/// item kept in a thread-local destroyed after the stack's, or in a leaked world): the
-/// slot comes with a reference count of its own, so it stays alive however the thread's
-/// teardown is ordered. Give it back with [`release`].
-pub(crate) fn claim_held(owner: &Arc<ScratchOwner>, frame_claim: bool) -> Option<Arc<Slot>> {
-    let slot = claim(owner, frame_claim)?;
+/// A claim for a holder that may outlive the thread's stack (a [`ScratchBatch`], a Bevy
+/// item kept in a thread-local destroyed after the stack's, or got from a leaked world):
+/// the slot comes with a reference count of its own, so it stays alive however the
+/// thread's teardown is ordered. From a shared owner's arenas for a Bevy owner (`item`:
+/// an item's claim, which its owner's frame end may take back once the item is gone; else
+/// a batch's), from this thread's stack for `with_scratch`. `None` if the thread's storage
+/// is being torn down. Give it back with [`release`].
+pub(crate) fn claim_held(owner: &Arc<ScratchOwner>, item: bool) -> Option<Arc<Slot>> {
+    if owner.is_shared() {
+        return Some(owner.claim_shared(item));
+    }
+    let slot = claim(owner)?;
     // SAFETY: `claim` returned a slot of this thread's stack, which holds an `Arc` of it
     // (the pointer is `Arc::as_ptr`'s, as `Arc::into_raw` would give it) and is alive:
     // its thread is running this call. Adding a count and taking it as an `Arc` is then
@@ -316,47 +279,17 @@ pub(crate) fn slot_ptr(slot: &Arc<Slot>) -> NonNull<Slot> {
 
 /// `claimed_in` of a claim that is not a Bevy item's: a batch may live past its frame (in a
 /// thread-local, leaked), so a frame end must never make its arena look forgotten.
-const NOT_RECLAIMED: u64 = u64::MAX;
+pub(super) const NOT_RECLAIMED: u64 = u64::MAX;
 
-fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>, frame_claim: bool) -> NonNull<Slot> {
-    let frame = owner.frame.load(Acquire);
-    let claimed_in = if frame_claim { frame } else { NOT_RECLAIMED };
+fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>) -> NonNull<Slot> {
     let mut slots = stack.slots.lock();
     for slot in slots.iter().filter(|s| s.owner_id == owner.id) {
-        if slot
-            .state
-            .compare_exchange(FREE, BUSY, Acquire, Relaxed)
-            .is_ok()
-        {
-            slot.claimed_in.set(claimed_in);
-            return slot_ptr(slot);
-        }
-        // Only this thread moves its busy arenas, so reading the state then deciding is
-        // race-free for `BUSY`: a maintaining thread touches only `FREE` ones.
-        if frame_claim && slot.state.load(Acquire) == BUSY && slot.claimed_in.get() < frame {
-            // SAFETY: claimed by an item of an earlier frame of this owner; that frame
-            // ended, so the item is gone (forgotten), and everything it handed out
-            // borrowed it. The slot stays busy: it is ours now.
-            unsafe { slot.arena().reset_quietly() };
-            slot.claimed_in.set(claimed_in);
+        if slot.try_claim() {
             return slot_ptr(slot);
         }
     }
-    let slot = Arc::new(Slot {
-        state: AtomicU8::new(BUSY),
-        arena: UnsafeCell::new(MemoryArena::with_config(scratch_pool(), owner.config)),
-        owner_id: owner.id,
-        owner: Arc::downgrade(owner),
-        claimed_in: Cell::new(claimed_in),
-        held: AtomicUsize::new(0),
-        peak: AtomicUsize::new(0),
-        window_peak: AtomicUsize::new(0),
-    });
-    {
-        let mut list = owner.slots.lock();
-        list.retain(|s| s.strong_count() > 0);
-        list.push(Arc::downgrade(&slot));
-    }
+    let slot = Slot::new_busy(owner, NOT_RECLAIMED);
+    owner.note_thread_arena(&slot);
     let claimed = slot_ptr(&slot);
     slots.push(slot);
     claimed
@@ -412,7 +345,7 @@ pub(crate) fn trim_idle() -> usize {
 /// Gives every block of `slot`'s arena back if it is free and was idle in the window ending
 /// now, or held more than twice what its busiest claim of the window needed and more than
 /// its first block; starts the slot's next window. Returns the bytes given back.
-fn trim_if_oversized(slot: &Slot) -> usize {
+pub(super) fn trim_if_oversized(slot: &Slot) -> usize {
     if slot
         .state
         .compare_exchange(FREE, TRIMMING, Acquire, Relaxed)
@@ -501,7 +434,7 @@ pub fn with_scratch<R>(f: impl FnOnce(&MemoryArena<'static>) -> R) -> R {
             note_freed(self.0);
         }
     }
-    match claim(&WITH_SCRATCH, false) {
+    match claim(&WITH_SCRATCH) {
         Some(slot) => {
             let exit = Exit(slot);
             // SAFETY: the slot is busy for this scope alone until `exit` frees it, and it

@@ -1,0 +1,188 @@
+//! Who scratch arenas belong to: [`with_scratch`](crate::with_scratch), or one Bevy
+//! `ScratchArenas` / `TaggedScratchArenas<T>` resource.
+//!
+//! An owner's arenas follow its config (and so its ledger tag) and count in its figures.
+//! Two kinds:
+//! - **per thread** (`with_scratch`): each thread's stack holds the owner's arenas for
+//!   that thread, claimed without a lock on the fast path, one per nesting depth (see
+//!   [`scratch`](super::scratch));
+//! - **shared** (a Bevy resource): the owner holds its arenas itself, and a claim on any
+//!   thread takes a free one. A system runs on one thread at a time, so a system's scratch
+//!   needs as many arenas as it has claims alive at once (its item, and one batch per
+//!   thread of a `par_iter`), not one per thread it ever ran on: an arena per thread held
+//!   four times what a system needed on a 4-thread pool.
+//!
+//! A shared owner's frame end ([`ScratchOwner::end_frame`], reached through `&mut` on its
+//! resource, so no item of it is alive) takes back the arenas of items that were
+//! `mem::forget`-ed, and, at the end of each window of [`SCRATCH_IDLE_PASSES`] frames,
+//! gives back the memory of free arenas that were idle or held more than twice what their
+//! busiest claim of the window needed.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use super::scratch::{NOT_RECLAIMED, SCRATCH_IDLE_PASSES, Slot, trim_if_oversized};
+use crate::arena::ArenaConfig;
+
+/// Who scratch arenas belong to (see the module docs).
+pub(crate) struct ScratchOwner {
+    pub(super) id: u64,
+    pub(super) config: ArenaConfig,
+    /// Frames this owner has ended (shared owners).
+    frame: AtomicU64,
+    /// Where the owner's arenas are.
+    arenas: Arenas,
+}
+
+enum Arenas {
+    /// In the threads' stacks; weakly here, for the figures (a thread's exit frees them).
+    PerThread(Mutex<Vec<Weak<Slot>>>),
+    /// Here, for any thread to claim.
+    Shared(Mutex<Vec<Arc<Slot>>>),
+}
+
+/// The figures of one owner's arenas, from [`ScratchOwner::figures`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(not(feature = "bevy"), allow(dead_code))] // used by the Bevy owners
+pub(crate) struct OwnerFigures {
+    /// Sum over the arenas of the most one claim used since the last call.
+    pub(crate) peak_bytes: usize,
+    /// Arenas (of live threads, for a per-thread owner).
+    pub(crate) arenas: usize,
+    /// Bytes of blocks they hold (as of when each was last freed or trimmed).
+    pub(crate) bytes_held: usize,
+}
+
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+
+#[cfg_attr(not(feature = "bevy"), allow(dead_code))] // some of it only for the Bevy owners
+impl ScratchOwner {
+    fn with(config: ArenaConfig, arenas: Arenas) -> Arc<ScratchOwner> {
+        Arc::new(ScratchOwner {
+            id: NEXT_OWNER.fetch_add(1, Relaxed),
+            config,
+            frame: AtomicU64::new(0),
+            arenas,
+        })
+    }
+
+    /// An owner whose arenas live in the threads' stacks (`with_scratch`).
+    pub(crate) fn per_thread(config: ArenaConfig) -> Arc<ScratchOwner> {
+        Self::with(config, Arenas::PerThread(Mutex::new(Vec::new())))
+    }
+
+    /// An owner that holds its arenas itself, for any thread to claim (a Bevy resource).
+    pub(crate) fn shared(config: ArenaConfig) -> Arc<ScratchOwner> {
+        Self::with(config, Arenas::Shared(Mutex::new(Vec::new())))
+    }
+
+    /// The config the owner's arenas follow.
+    pub(crate) fn config(&self) -> ArenaConfig {
+        self.config
+    }
+
+    /// Whether the owner holds its arenas itself.
+    pub(super) fn is_shared(&self) -> bool {
+        matches!(self.arenas, Arenas::Shared(_))
+    }
+
+    /// Records a new arena of a per-thread owner, for its figures.
+    pub(super) fn note_thread_arena(&self, slot: &Arc<Slot>) {
+        if let Arenas::PerThread(list) = &self.arenas {
+            let mut list = list.lock();
+            list.retain(|s| s.strong_count() > 0);
+            list.push(Arc::downgrade(slot));
+        }
+    }
+
+    /// Claims a free arena of a shared owner on the calling thread, making one if all are
+    /// busy; with `item`, as a Bevy item's (its frame recorded: a frame end may take it
+    /// back once the item is gone), else as a batch's (never taken back). The slot comes
+    /// with a reference count of its own.
+    pub(super) fn claim_shared(self: &Arc<Self>, item: bool) -> Arc<Slot> {
+        let Arenas::Shared(list) = &self.arenas else {
+            unreachable!("claim_shared on a per-thread owner");
+        };
+        let claimed_in = if item {
+            self.frame.load(Acquire)
+        } else {
+            NOT_RECLAIMED
+        };
+        let mut list = list.lock();
+        for slot in list.iter() {
+            if slot.try_claim() {
+                slot.claimed_in.store(claimed_in, Relaxed);
+                return Arc::clone(slot);
+            }
+        }
+        let slot = Slot::new_busy(self, claimed_in);
+        list.push(Arc::clone(&slot));
+        slot
+    }
+
+    /// Ends the owner's frame: takes back the arenas of items that were `mem::forget`-ed
+    /// (busy, claimed by an item, and no item is alive now), and at the end of each window
+    /// of [`SCRATCH_IDLE_PASSES`] frames trims the free ones (see the module docs). Only
+    /// shared owners hold arenas to do this with. Allocates nothing.
+    ///
+    /// # Safety
+    /// No item that claimed one of this owner's arenas is alive.
+    pub(crate) unsafe fn end_frame(&self) {
+        let frame = self.frame.fetch_add(1, AcqRel) + 1;
+        let Arenas::Shared(list) = &self.arenas else {
+            return;
+        };
+        let list = list.lock();
+        for slot in list.iter() {
+            if slot.is_busy() && slot.claimed_in.load(Relaxed) != NOT_RECLAIMED {
+                // SAFETY: claimed by an item (not a batch), and no item is alive (the
+                // caller's promise): it was forgotten, and everything it handed out
+                // borrowed it. Its claim passes to us, and we give it back.
+                unsafe { slot.reclaim() };
+            }
+        }
+        if frame.is_multiple_of(SCRATCH_IDLE_PASSES) {
+            for slot in list.iter() {
+                trim_if_oversized(slot);
+            }
+        }
+    }
+
+    /// The owner's arenas and the bytes they hold, leaving the peaks alone.
+    pub(crate) fn held(&self) -> (usize, usize) {
+        let mut n = (0, 0);
+        self.each_arena(|slot| {
+            n.0 += 1;
+            n.1 += slot.held.load(Relaxed);
+        });
+        n
+    }
+
+    /// The owner's figures, and restarts the peaks.
+    pub(crate) fn figures(&self) -> OwnerFigures {
+        let mut f = OwnerFigures::default();
+        self.each_arena(|slot| {
+            f.arenas += 1;
+            f.bytes_held += slot.held.load(Relaxed);
+            f.peak_bytes += slot.peak.swap(0, Relaxed);
+        });
+        f
+    }
+
+    /// Runs `f` on every arena of the owner (of live threads, for a per-thread owner).
+    fn each_arena(&self, mut f: impl FnMut(&Slot)) {
+        match &self.arenas {
+            Arenas::PerThread(list) => list.lock().retain(|slot| match slot.upgrade() {
+                Some(slot) => {
+                    f(&slot);
+                    true
+                }
+                None => false,
+            }),
+            Arenas::Shared(list) => list.lock().iter().for_each(|slot| f(slot)),
+        }
+    }
+}
