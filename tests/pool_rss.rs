@@ -25,12 +25,12 @@ const SLACK: usize = 4 * MIB;
 const PEAK: usize = 200 * MIB;
 /// The pool the peak is allocated from.
 const CAPACITY: usize = 256 * MIB;
-/// The documented default retain limit (`MemoryPool::set_retain_limit`): capacity / 4, at
-/// most 64 MiB.
-const DEFAULT_RETAIN: usize = if CAPACITY / 4 < 64 * MIB {
-    CAPACITY / 4
+/// The documented default retain limit (`MemoryPool::set_retain_limit`): capacity / 64, at
+/// most 4 MiB.
+const DEFAULT_RETAIN: usize = if CAPACITY / 64 < 4 * MIB {
+    CAPACITY / 64
 } else {
-    64 * MIB
+    4 * MIB
 };
 /// The documented default purge delay (`MemoryPool::set_purge_delay`).
 const DEFAULT_PURGE_DELAY: Duration = Duration::from_millis(500);

@@ -9,9 +9,10 @@ use super::{MemoryPool, State};
 use crate::block::{DIRTY, HEADER, MAGIC_USED, MemoryBlock};
 
 impl MemoryPool {
-    /// Runs a decommit pass if the purge policy says one is due.
-    pub(super) fn purge_if_due(&self, st: &mut State) -> usize {
-        if st.purge.due() {
+    /// Runs a decommit pass if the purge policy says one is due; `maintained`: called from
+    /// `maintain` (a pass of the frame clock).
+    pub(super) fn purge_if_due(&self, st: &mut State, maintained: bool) -> usize {
+        if st.purge.due(maintained) {
             self.decommit_dirty(st)
         } else {
             0
@@ -42,7 +43,7 @@ impl MemoryPool {
 
     /// Sets the release pressure (bytes freed minus bytes acquired since the last decommit
     /// pass) above which free pages are given back to the OS once the purge delay has
-    /// passed (default: capacity / 4, at most 64 MiB). After a peak, resident free memory
+    /// passed (default: capacity / 64, at most 4 MiB). After a peak, resident free memory
     /// falls to about this much. O(1).
     ///
     /// ```
@@ -54,7 +55,8 @@ impl MemoryPool {
     }
 
     /// Sets how long release pressure must stay above the retain limit before a release or
-    /// [`maintain`](MemoryPool::maintain) decommits (default 500 ms). A delay rides out
+    /// [`maintain`](MemoryPool::maintain) decommits (default 500 ms; 30 calls of
+    /// `maintain`, once a frame, also end it). A delay rides out
     /// free-then-reallocate churn (a level unloaded, the next one loaded) without faulting
     /// every page in again; `Duration::ZERO` decommits as soon as the limit is crossed.
     /// O(1).
@@ -92,7 +94,7 @@ impl MemoryPool {
                 self.release_locked(&mut st, b);
             }
         }
-        self.purge_if_due(&mut st)
+        self.purge_if_due(&mut st, true)
     }
 
     /// Debug aid after Unreal's "purgatory": blocks given back with

@@ -53,7 +53,7 @@ impl MemoryPool {
             }
             self.release_locked(&mut st, b);
         }
-        self.purge_if_due(&mut st);
+        self.purge_if_due(&mut st, false);
     }
 
     /// The checks `free_block` makes before touching anything: the pointer is a block of
