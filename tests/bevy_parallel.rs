@@ -285,3 +285,47 @@ fn two_scratch_parameters_in_one_system() {
     let stats = *app.world().resource::<FrameMemoryStats>();
     assert_eq!(stats.scratch_bytes, 2_000, "{stats}");
 }
+
+#[derive(Component)]
+struct Body(u32);
+
+fn spread(scratch: Scratch, bodies: Query<&Body>, checks: Res<Checks>) {
+    let batches = scratch.batches();
+    bodies.par_iter().for_each_init(
+        || batches.batch(),
+        |batch, body| {
+            batch.scope(|s| {
+                let v = s.alloc_slice(64, body.0);
+                if v.iter().any(|&x| x != body.0) {
+                    checks.failures.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        },
+    );
+    checks.runs.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A system's first run makes the arenas its batches need (one per compute thread, the
+/// item's and the waiting thread's): the later runs claim them, making none.
+#[test]
+fn batches_make_their_arenas_in_the_first_run() {
+    let mut app = app();
+    app.init_resource::<Checks>().add_systems(Update, spread);
+    app.world_mut().spawn_batch((0..4_000).map(Body));
+    app.finish();
+    app.cleanup();
+    app.update();
+    let first = app.world().resource::<FrameMemoryStats>().scratch_arenas;
+    assert!(
+        first >= 4 + 2,
+        "an arena per compute thread, and two: {first}"
+    );
+    for _ in 0..frames(200) {
+        app.update();
+        let now = app.world().resource::<FrameMemoryStats>().scratch_arenas;
+        assert_eq!(now, first, "a later run made an arena");
+    }
+    let checks = app.world().resource::<Checks>();
+    assert_eq!(checks.failures.load(Ordering::Relaxed), 0);
+    assert_eq!(checks.runs.load(Ordering::Relaxed), frames(200) + 1);
+}

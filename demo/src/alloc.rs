@@ -153,16 +153,33 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
-/// The process's resident set size in bytes (0 where it cannot be read).
+/// The process's resident set size in bytes (0 where it cannot be read). Reads
+/// `/proc/self/statm` into a buffer on the stack: measuring allocates nothing, so the
+/// allocation counts are the frame's alone.
 pub fn rss_bytes() -> u64 {
     #[cfg(target_os = "linux")]
     {
-        let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else {
+        let mut buf = [0u8; 128];
+        // SAFETY: a NUL-terminated path; `buf` is writable for its length; the descriptor
+        // is closed before returning.
+        let read = unsafe {
+            let fd = libc::open(
+                c"/proc/self/statm".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                return 0;
+            }
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            libc::close(fd);
+            n
+        };
+        let Ok(n) = usize::try_from(read) else {
             return 0;
         };
-        let pages: u64 = statm
-            .split_whitespace()
-            .nth(1)
+        let pages: u64 = std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(|t| t.split_whitespace().nth(1))
             .and_then(|p| p.parse().ok())
             .unwrap_or(0);
         // SAFETY: `sysconf` has no preconditions.

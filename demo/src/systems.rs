@@ -3,9 +3,10 @@
 //!
 //! - **arena**: a `TaggedScratch` for each system's temporaries (so the ledger shows each
 //!   system on a line of its own, see `tags`); for each entity's list inside `par_iter`, a
-//!   `scratch_batch` per batch of entities (`for_each_init`: one `with_scratch` arena
-//!   claimed per batch, rewound after each entity); `FrameMemory` for the visible list
-//!   handed from culling to LOD sorting.
+//!   batch of the physics system's own arenas per batch of entities (`for_each_init` with
+//!   `TaggedScratch::batches`: one arena claimed per batch, reset after each entity), each
+//!   list starting at the longest list's length of the last frame; `FrameMemory` for the
+//!   visible list handed from culling to LOD sorting.
 //! - **heap**: a fresh `Vec` for every temporary, per entity too.
 //! - **local-vec**: the Bevy idiom for reuse: `Local<Vec>` buffers cleared each run, and
 //!   `Local<Parallel<Vec>>` (bevy_utils) for the per-entity lists, one per thread,
@@ -14,6 +15,7 @@
 //! Every system takes a `Frame` (see `state`: the run's mode, the frame's tick and where
 //! it reports) and the temporaries of all three ways; only its run's are used.
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 
 use bevy_app::{
@@ -24,7 +26,7 @@ use bevy_utils::Parallel;
 use nebula_memory::allocator_api2::alloc::{Allocator, Global};
 use nebula_memory::allocator_api2::vec::Vec as AVec;
 use nebula_memory::bevy::{FrameMemory, MemoryPlugin, MemorySystems, TaggedScratch};
-use nebula_memory::{FrameHandle, ScratchBatch, scratch_batch};
+use nebula_memory::{FrameHandle, ScratchBatch};
 
 use crate::alloc::own;
 use crate::render::{cull, lod_sort, stream_chunks};
@@ -82,13 +84,21 @@ struct PhysicsBuffers {
     pairs: AVec<(u32, u32), Global>,
 }
 
+/// The arena run's capacity hint for the per-entity lists: the longest of the last frame.
+#[derive(Default)]
+struct ListHint {
+    last: AtomicUsize,
+}
+
 fn physics_system(
     frame: Frame,
     scratch: TaggedScratch<tags::Physics>,
     mut local: Local<PhysicsBuffers>,
     mut lists: Local<Parallel<AVec<Near, Global>>>,
+    hint: Local<ListHint>,
     mut query: Query<(&Id, &Pos, &mut Steer)>,
 ) {
+    let hint_now = AtomicUsize::new(0);
     let scale = if frame.spike() { BLAST } else { 1.0 };
     let needs = &*frame.needs;
     let sum = match *frame.mode {
@@ -96,20 +106,36 @@ fn physics_system(
             let a = &*scratch;
             let (mut entries, mut starts) = (AVec::new_in(a), AVec::new_in(a));
             let pairs = &mut AVec::new_in(a);
+            // Each entity's list in a batch of this system's own arenas (charged to its
+            // tag), starting at the longest list of the last frame, as a `Local` list
+            // keeps its capacity: no regrowth from empty.
+            let batches = scratch.batches();
+            let start_cap = hint.last.load(Relaxed);
+            let longest = &hint_now;
             let with_list = |batch: &mut ScratchBatch, g: Grid<'_>, id, p, r| {
-                batch.scope(|s| steer_one(&mut AVec::new_in(s), g, id, p, r))
+                batch.scope(|s| {
+                    let mut list = AVec::with_capacity_in(start_cap, s);
+                    let steer = steer_one(&mut list, g, id, p, r);
+                    // A read first: the shared line is written only when the longest grows.
+                    if list.len() > longest.load(Relaxed) {
+                        longest.fetch_max(list.len(), Relaxed);
+                    }
+                    steer
+                })
             };
             let (q, s) = (&mut query, scale);
-            physics(
+            let sum = physics(
                 &mut entries,
                 &mut starts,
                 pairs,
                 q,
                 s,
                 needs,
-                scratch_batch,
+                move || batches.batch(),
                 with_list,
-            )
+            );
+            hint.last.store(hint_now.load(Relaxed), Relaxed);
+            sum
         }
         Mode::Heap => {
             let (mut entries, mut starts, pairs) = (AVec::new(), AVec::new(), &mut AVec::new());

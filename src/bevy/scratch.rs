@@ -36,6 +36,7 @@ use bevy_ecs::system::{
     ReadOnlySystemParam, SystemAccess, SystemMeta, SystemParam, SystemParamValidationError,
 };
 use bevy_ecs::world::unsafe_world_cell::UnsafeWorldCell;
+use bevy_tasks::ComputeTaskPool;
 
 use crate::arena::{ArenaConfig, MemoryArena};
 use crate::global::scratch_pool;
@@ -376,7 +377,18 @@ pub struct ScratchBatches<'w> {
     owner: &'w Arc<ScratchOwner>,
 }
 
-impl ScratchBatches<'_> {
+impl<'w> ScratchBatches<'w> {
+    /// The batches of `owner`, which first holds enough arenas for a batch on every thread
+    /// of the compute pool at once (and the item, and the thread running the system, which
+    /// takes batches too while it waits): after the first frame, claiming batches takes no
+    /// heap allocation. A claim past that (a thread taking a second batch while it waits
+    /// on the first) makes one more arena.
+    fn of(owner: &'w Arc<ScratchOwner>) -> Self {
+        let threads = ComputeTaskPool::try_get().map_or(1, |pool| pool.thread_num());
+        owner.reserve_shared(threads.saturating_add(2));
+        ScratchBatches { owner }
+    }
+
     /// A batch on an arena of the system's parameter, claimed on the calling thread. O(1).
     pub fn batch(&self) -> ScratchBatch {
         batch_of(self.owner)
@@ -391,7 +403,8 @@ impl std::fmt::Debug for ScratchBatches<'_> {
 
 impl Scratch<'_> {
     /// Scratch batches of this parameter's arenas, for work spread over threads (a
-    /// `par_iter` body cannot use the item itself: it stays on its thread). O(1).
+    /// `par_iter` body cannot use the item itself: it stays on its thread). O(1) after the
+    /// system's first run, which makes an arena per compute thread.
     ///
     /// ```
     /// use bevy_ecs::prelude::*;
@@ -411,15 +424,16 @@ impl Scratch<'_> {
     /// world.run_system_cached(sum_per_item).unwrap();
     /// ```
     pub fn batches(&self) -> ScratchBatches<'_> {
-        ScratchBatches { owner: self.owner }
+        ScratchBatches::of(self.owner)
     }
 }
 
 impl<T: ScratchTag> TaggedScratch<'_, T> {
     /// Scratch batches of this parameter's arenas, charged to `T::TAG`, for work spread
-    /// over threads (see [`ScratchBatches`]). O(1).
+    /// over threads (see [`ScratchBatches`]). O(1) after the system's first run, which
+    /// makes an arena per compute thread.
     pub fn batches(&self) -> ScratchBatches<'_> {
-        ScratchBatches { owner: self.owner }
+        ScratchBatches::of(self.owner)
     }
 }
 

@@ -18,8 +18,8 @@
 //! gives back the memory of free arenas that were idle or held more than twice what their
 //! busiest claim of the window needed.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -33,6 +33,8 @@ pub(crate) struct ScratchOwner {
     pub(super) config: ArenaConfig,
     /// Frames this owner has ended (shared owners).
     frame: AtomicU64,
+    /// How many arenas a shared owner holds (its list's length, readable without the lock).
+    shared_arenas: AtomicUsize,
     /// Where the owner's arenas are.
     arenas: Arenas,
 }
@@ -65,6 +67,7 @@ impl ScratchOwner {
             id: NEXT_OWNER.fetch_add(1, Relaxed),
             config,
             frame: AtomicU64::new(0),
+            shared_arenas: AtomicUsize::new(0),
             arenas,
         })
     }
@@ -120,7 +123,25 @@ impl ScratchOwner {
         }
         let slot = Slot::new_busy(self, claimed_in);
         list.push(Arc::clone(&slot));
+        self.shared_arenas.store(list.len(), Relaxed);
         slot
+    }
+
+    /// Makes a shared owner hold at least `arenas` arenas (new ones free and empty: an
+    /// arena takes a block at its first allocation), so that claims up to that many at
+    /// once allocate nothing on the heap. A load when it already does.
+    pub(crate) fn reserve_shared(self: &Arc<Self>, arenas: usize) {
+        if self.shared_arenas.load(Relaxed) >= arenas {
+            return;
+        }
+        let Arenas::Shared(list) = &self.arenas else {
+            return;
+        };
+        let mut list = list.lock();
+        while list.len() < arenas {
+            list.push(Slot::new_free(self));
+        }
+        self.shared_arenas.store(list.len(), Relaxed);
     }
 
     /// Ends the owner's frame: takes back the arenas of items that were `mem::forget`-ed

@@ -88,8 +88,17 @@ unsafe impl Send for Slot {}
 impl Slot {
     /// A new arena of `owner`, claimed (busy) with `claimed_in`.
     pub(super) fn new_busy(owner: &Arc<ScratchOwner>, claimed_in: u64) -> Arc<Slot> {
+        Self::new(owner, BUSY, claimed_in)
+    }
+
+    /// A new free arena of `owner`.
+    pub(super) fn new_free(owner: &Arc<ScratchOwner>) -> Arc<Slot> {
+        Self::new(owner, FREE, NOT_RECLAIMED)
+    }
+
+    fn new(owner: &Arc<ScratchOwner>, state: u8, claimed_in: u64) -> Arc<Slot> {
         Arc::new(Slot {
-            state: AtomicU8::new(BUSY),
+            state: AtomicU8::new(state),
             arena: UnsafeCell::new(MemoryArena::with_config(scratch_pool(), owner.config)),
             owner_id: owner.id,
             owner: Arc::downgrade(owner),
