@@ -410,6 +410,33 @@ fn snapshots_print_a_tree_and_write_csv() {
     assert_eq!(fields[col("held_bytes")], a.bytes_held().to_string());
 }
 
+/// A snapshot refilled after tags were added lists them too, in tree order, and a parent's
+/// figures take in its new child.
+#[test]
+fn a_refilled_snapshot_takes_in_new_tags() {
+    let pool = common::pool("ledger-refill");
+    let mut snap = LedgerSnapshot::default();
+    let mut first = tagged(&pool, "t10/b");
+    first.alloc_slice(100, 0u8);
+    first.reset(); // publishes its `used`
+    ledger::end_frame_into(&mut snap);
+    assert!(snap.tag("t10/a/deep").is_none());
+    let mut second = tagged(&pool, "t10/a/deep");
+    second.alloc_slice(300, 0u8);
+    second.reset();
+    ledger::end_frame_into(&mut snap);
+    let tags: Vec<&str> = snap
+        .tags()
+        .map(|(tag, _)| tag)
+        .filter(|t| t.starts_with("t10"))
+        .collect();
+    assert_eq!(tags, ["t10", "t10/a", "t10/a/deep", "t10/b"]);
+    let f = |t: &str| snap.tag(t).unwrap();
+    assert_eq!(f("t10").held, first.bytes_held() + second.bytes_held());
+    assert_eq!((f("t10/b").used, f("t10/a/deep").used), (100, 300));
+    assert_eq!(f("t10").used, 400);
+}
+
 /// A tag that is not a path of non-empty segments is refused where it is set.
 #[test]
 fn malformed_tags_are_refused_naming_the_field() {
@@ -478,6 +505,10 @@ proptest! {
             prop_assert_eq!(snap.tag("t9/x").unwrap().held, of(0) + of(1));
             prop_assert_eq!(snap.tag("t9/y").unwrap().held, of(2) + of(3));
             prop_assert_eq!(snap.tag("t9").unwrap().held, pool.stats().in_use);
+            let used = |t: &str| snap.tag(t).unwrap().used;
+            prop_assert_eq!(used("t9/x"), used("t9/x/a") + used("t9/x/b"));
+            prop_assert_eq!(used("t9/y"), used("t9/y/a") + used("t9/y/b"));
+            prop_assert_eq!(used("t9"), used("t9/x") + used("t9/y"));
         }
     }
 }

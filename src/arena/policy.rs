@@ -11,6 +11,14 @@
 //! - It has been more than twice the need (and above `first_block`) for
 //!   `trim_after_resets` resets in a row: replace it by one sized to the largest of those
 //!   frames, so one spike does not pin its memory for ever.
+//! - A block sized after a frame that spilled over several blocks is *provisional*: that
+//!   frame's peak counts the copies that growing collections left behind in the earlier
+//!   blocks (a `Vec` that outgrew its block moved on), up to twice what was alive. If the
+//!   next [`PROVISIONAL_RESETS`] frames all need between 1/2 and 1/1.25 of it, it is
+//!   replaced by one sized to them. A block grown by a quarter for a creeping need is
+//!   within 1.25, so creeping does not churn; a frame needing less than half of it is a
+//!   quiet frame of the rule above and ends the provisional time, so a spike's block
+//!   still waits the whole streak.
 
 use super::config::ArenaConfig;
 
@@ -23,14 +31,32 @@ pub(crate) fn round_block(n: usize) -> usize {
     n.checked_next_multiple_of(BLOCK_GRANULE).unwrap_or(n)
 }
 
-/// Consecutive resets in which the kept block was more than twice too large.
+/// Consecutive resets in which the kept block was too large (more than twice, or, while
+/// it is provisional, 1.25 times).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Quiet {
     /// How many in a row.
     pub(crate) resets: u32,
     /// The largest need among them.
     pub(crate) peak: usize,
+    /// Whether the kept block was sized after a frame that spilled over several blocks and
+    /// no frame has confirmed that size yet.
+    pub(crate) provisional: bool,
 }
+
+impl Quiet {
+    /// The state after a block was sized for a frame: provisional if that frame spilled.
+    pub(crate) fn sized_after(spilled: bool) -> Quiet {
+        Quiet {
+            provisional: spilled,
+            ..Quiet::default()
+        }
+    }
+}
+
+/// The resets in a row, each needing less than 1/1.25 of a provisional block, after which
+/// it is replaced (at most `trim_after_resets`).
+pub(crate) const PROVISIONAL_RESETS: u32 = 8;
 
 /// What `reset` does with the arena's blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,10 +80,16 @@ fn fits(kept: usize, peak: usize) -> bool {
 }
 
 /// Whether a block of `kept` bytes is much too large for a frame of peak `peak`, a quiet
-/// frame (true below some peak, false from it on).
-fn oversized(kept: usize, peak: usize, config: &ArenaConfig) -> bool {
-    let floor = round_block(config.first_block.max(1));
-    config.trim_after_resets > 0 && kept > need(peak).max(floor).saturating_mul(2)
+/// frame (true below some peak, false from it on): more than twice its need, or, for a
+/// provisional block, more than 1.25 times.
+fn oversized(kept: usize, peak: usize, config: &ArenaConfig, provisional: bool) -> bool {
+    let floor = need(peak).max(round_block(config.first_block.max(1)));
+    let limit = if provisional {
+        floor.saturating_add(floor / 4)
+    } else {
+        floor.saturating_mul(2)
+    };
+    config.trim_after_resets > 0 && kept > limit
 }
 
 /// The decision for a reset: `kept` is the capacity of the block that would be kept (0 if
@@ -73,12 +105,23 @@ pub(crate) fn decide(
     if !fits(kept, peak) {
         let grown = round_block(need(peak).max(kept.saturating_add(kept / 4)));
         (Decision::Replace(grown), quiet)
-    } else if oversized(kept, peak, config) {
+    } else if oversized(kept, peak, config, quiet.provisional) {
+        // A frame far below the block (more than twice) is a quiet frame of the ordinary
+        // rule and ends the block's provisional time: a spike's block waits the whole
+        // streak. Only frames between 1.25 and 2 times (the most moved copies inflate a
+        // need by), one after the other from the sizing on, take the short streak.
+        let short = !oversized(kept, peak, config, false);
         let quiet = Quiet {
             resets: quiet.resets.saturating_add(1),
             peak: quiet.peak.max(need(peak)),
+            provisional: short,
         };
-        if quiet.resets >= config.trim_after_resets {
+        let after = if short {
+            PROVISIONAL_RESETS.min(config.trim_after_resets)
+        } else {
+            config.trim_after_resets
+        };
+        if quiet.resets >= after {
             let floor = round_block(config.first_block.max(1));
             (Decision::Replace(quiet.peak.max(floor)), quiet)
         } else {
@@ -110,13 +153,13 @@ pub(crate) fn keep_band(kept: usize, config: &ArenaConfig) -> Option<(usize, usi
     }
     let top = lo;
     // The smallest peak that is not a quiet frame, if it is at most `top`.
-    if oversized(kept, top, config) {
+    if oversized(kept, top, config, false) {
         return None;
     }
     let (mut lo, mut hi) = (0usize, top);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        if oversized(kept, mid, config) {
+        if oversized(kept, mid, config, false) {
             lo = mid + 1;
         } else {
             hi = mid;
@@ -244,6 +287,67 @@ mod tests {
             }
         }
         assert_eq!(keep_band(0, &config(3)), None);
+    }
+
+    #[test]
+    fn a_provisional_block_is_confirmed_or_trimmed_soon() {
+        let c = config(120);
+        let spilled = Quiet::sized_after(true);
+        // 88 KiB sized after a spilled frame; the frames then need 60 KiB (53.5 KiB + 1/8):
+        // more than 1.25 times too large, replaced after PROVISIONAL_RESETS frames.
+        let mut q = spilled;
+        for frame in 1..=PROVISIONAL_RESETS {
+            let (d, next) = decide(88 * KIB, 53 * KIB + 512, q, &c);
+            q = next;
+            let want = if frame < PROVISIONAL_RESETS {
+                Decision::Keep
+            } else {
+                Decision::Replace(64 * KIB)
+            };
+            assert_eq!(d, want, "frame {frame}");
+        }
+        // Not provisional, the same block is kept for ever (within twice the need).
+        let (d, q) = decide(88 * KIB, 53 * KIB + 512, Quiet::default(), &c);
+        assert_eq!((d, q), (Decision::Keep, Quiet::default()));
+        // A frame within 1.25 times confirms it: from then on the ordinary rule.
+        let (_, q) = decide(88 * KIB, 40 * KIB, spilled, &c);
+        assert!(q.provisional && q.resets == 1);
+        let (d, q) = decide(88 * KIB, 70 * KIB, q, &c);
+        assert_eq!((d, q), (Decision::Keep, Quiet::default()));
+    }
+
+    #[test]
+    fn a_spikes_provisional_block_waits_the_whole_streak() {
+        // A spike spilled and sized the block; the frames after it need far less (more
+        // than twice): the ordinary streak, not the provisional one.
+        let c = config(120);
+        let mut q = Quiet::sized_after(true);
+        for frame in 1..120 {
+            let (d, next) = decide(4096 * KIB, 100 * KIB, q, &c);
+            assert_eq!(d, Decision::Keep, "frame {frame}");
+            q = next;
+        }
+        let (d, _) = decide(4096 * KIB, 100 * KIB, q, &c);
+        assert_eq!(d, Decision::Replace(round_block(100 * KIB + 100 * KIB / 8)));
+    }
+
+    #[test]
+    fn a_creeping_need_does_not_churn_a_provisional_block() {
+        // The need just outgrew 256 KiB: grown by a quarter, to 320 KiB, after spilling.
+        let c = config(120);
+        let (d, _) = decide(256 * KIB, 240 * KIB, Quiet::default(), &c);
+        assert_eq!(d, Decision::Replace(320 * KIB));
+        // The next frames need about the same: not 1.25 times too large, confirmed.
+        let (d, q) = decide(320 * KIB, 240 * KIB, Quiet::sized_after(true), &c);
+        assert_eq!((d, q), (Decision::Keep, Quiet::default()));
+    }
+
+    #[test]
+    fn a_provisional_block_waits_no_longer_than_trim_after_resets_and_zero_keeps_it() {
+        let (d, _) = decide(4096 * KIB, 10 * KIB, Quiet::sized_after(true), &config(1));
+        assert_eq!(d, Decision::Replace(64 * KIB));
+        let (d, q) = decide(4096 * KIB, 10 * KIB, Quiet::sized_after(true), &config(0));
+        assert_eq!((d, q), (Decision::Keep, Quiet::default()));
     }
 
     #[test]

@@ -16,8 +16,11 @@ impl<'pool> MemoryArena<'pool> {
     /// size (and at least 1.25 times the largest) replaces them all. So after a warm-up
     /// frame, a steady workload does no pool operation at all, and its reset touches
     /// nothing but the arena's own fields. If the kept block stays more than twice too
-    /// large for [`ArenaConfig::trim_after_resets`](crate::ArenaConfig::trim_after_resets) resets in a row, it is swapped for one
-    /// sized to those frames, so one spike does not pin its memory for ever.
+    /// large for [`ArenaConfig::trim_after_resets`](crate::ArenaConfig::trim_after_resets)
+    /// resets in a row, it is swapped for one sized to those frames, so one spike does not
+    /// pin its memory for ever. A block sized after a frame that spilled over several
+    /// blocks counts what collections that outgrew a block left behind; if the next 8
+    /// frames need less than 1/1.25 of it, it is swapped for one sized to them.
     ///
     /// Bumps the arena's generation: every [`Checkpoint`](crate::Checkpoint) taken before is invalid.
     ///
@@ -129,7 +132,10 @@ impl<'pool> MemoryArena<'pool> {
             unsafe { poison::give_back(start, self.cursor.used_here()) };
             self.cursor.set_ptr(start);
         } else if chain.reset(self.pool, &self.cursor, decision) {
-            self.quiet = Quiet::default();
+            // Sized after a frame that spilled: its peak counts what moved collections
+            // left behind, so the size waits for the next frames to confirm it.
+            let spilled = !single && matches!(decision, Decision::Replace(_));
+            self.quiet = Quiet::sized_after(spilled);
         }
         self.enter_steady_state();
     }

@@ -86,6 +86,7 @@ impl<'pool> MemoryArena<'pool> {
     /// arena.alloc_val(0u32); // 3 bytes of padding first
     /// assert_eq!(arena.bytes_used(), 8);
     /// ```
+    #[inline]
     pub fn bytes_used(&self) -> usize {
         self.cursor.position()
     }
@@ -99,6 +100,7 @@ impl<'pool> MemoryArena<'pool> {
     /// arena.reset();
     /// assert_eq!(arena.high_watermark(), 1000);
     /// ```
+    #[inline]
     pub fn high_watermark(&self) -> usize {
         self.high_watermark.load(Relaxed).max(self.bytes_used())
     }
@@ -114,6 +116,7 @@ impl<'pool> MemoryArena<'pool> {
     /// unsafe { arena.pop(p, layout) };
     /// assert_eq!((arena.bytes_used(), arena.peak_since_reset()), (0, 500));
     /// ```
+    #[inline]
     pub fn peak_since_reset(&self) -> usize {
         self.peak_since_reset.load(Relaxed).max(self.bytes_used())
     }

@@ -211,7 +211,7 @@ impl FrameMemory {
     }
 
     /// Frame memory whose buffers follow `config` (without a tag in it, blocks are charged
-    /// to `scratch/frame_memory`). A thread's part of a buffer that stored nothing at 8 of
+    /// to `scratch/frame_memory`). A thread's part of a buffer that stored nothing at 2 of
     /// that buffer's resets in a row gives all its memory back. O(1).
     ///
     /// # Panics

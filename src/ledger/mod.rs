@@ -197,18 +197,25 @@ fn fill(snap: &mut LedgerSnapshot, frame_end: bool) {
         // Each tag's own heap counters once, then each tag's subtree sums.
         snap.own_heap.clear();
         snap.own_heap.extend(nodes.iter().map(|n| n.own_heap()));
+        node::Subtree::sum(nodes, &snap.own_heap, &mut snap.sums);
+        if snap.order.len() != nodes.len() {
+            // Tags were added (the registry only grows): the tree order anew.
+            snap.order.clear();
+            snap.order.extend(0..nodes.len());
+            snap.order
+                .sort_unstable_by(|&a, &b| snapshot::tree_order(nodes[a].path, nodes[b].path));
+        }
         snap.rows.clear();
-        for n in nodes {
-            let r = n.read(nodes);
-            let mut heap = node::Heap::default();
-            for (c, own) in nodes.iter().zip(&snap.own_heap) {
-                if c.path == n.path || node::is_below(c.path, n.path) {
-                    heap.live = heap.live.saturating_add(own.totals.live);
-                    heap.allocs = heap.allocs.wrapping_add(own.allocs);
-                    heap.frees = heap.frees.wrapping_add(own.frees);
-                }
-            }
-            heap.peak = n.see_heap(heap.live);
+        for &i in &snap.order {
+            let n = nodes[i];
+            let sum = snap.sums[i];
+            let r = n.read(sum.used);
+            let heap = node::Heap {
+                live: sum.heap_live,
+                peak: n.see_heap(sum.heap_live),
+                allocs: sum.heap_allocs,
+                frees: sum.heap_frees,
+            };
             let figures = TagFigures {
                 held: r.held,
                 peak_held: r.peak_held,
@@ -236,7 +243,6 @@ fn fill(snap: &mut LedgerSnapshot, frame_end: bool) {
             }
         }
     });
-    snap.sort();
     snap.untagged = global::created_pools()
         .into_iter()
         .flatten()

@@ -19,7 +19,12 @@ use crate::heap::counters::{self, HeapReading};
 const NONE: usize = usize::MAX;
 
 /// The bytes one arena used, as it last published them (see [`TagNode::used`]).
+///
+/// On cache lines of its own: an arena stores here at every reset, and arenas made
+/// together (a system's batch arenas, used at once on as many threads) would otherwise get
+/// neighbouring heap slots, and each thread's reset would take the line from the others.
 #[derive(Default)]
+#[repr(align(128))]
 pub(crate) struct UsedSlot(AtomicUsize);
 
 impl UsedSlot {
@@ -35,6 +40,8 @@ pub(crate) struct TagNode {
     pub(crate) path: &'static str,
     /// The tag one level up (`"render"` for `"render/meshing"`).
     pub(crate) parent: Option<&'static TagNode>,
+    /// Where the node is in the registry (which only grows, parents before children).
+    pub(crate) index: usize,
     /// Bytes of pool blocks charged now; its most ever.
     held: AtomicUsize,
     peak_held: AtomicUsize,
@@ -106,6 +113,7 @@ fn intern(registry: &mut Vec<&'static TagNode>, path: &'static str) -> &'static 
     let node: &'static TagNode = Box::leak(Box::new(TagNode {
         path,
         parent,
+        index: registry.len(),
         held: AtomicUsize::new(0),
         peak_held: AtomicUsize::new(0),
         heap_held: AtomicUsize::new(0),
@@ -130,7 +138,8 @@ fn intern(registry: &mut Vec<&'static TagNode>, path: &'static str) -> &'static 
     node
 }
 
-/// Every node so far, parents before children, in the order tags were first used.
+/// Every node so far, parents before children, in the order tags were first used (a
+/// node's `index` is its place here).
 pub(crate) fn all_nodes() -> Vec<&'static TagNode> {
     REGISTRY.lock().clone()
 }
@@ -162,6 +171,44 @@ pub(crate) struct OwnHeap {
     pub(crate) totals: HeapReading,
     pub(crate) allocs: u64,
     pub(crate) frees: u64,
+}
+
+/// A tag's figures summed over its subtree at a snapshot: arena bytes used and heap.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Subtree {
+    pub(crate) used: usize,
+    pub(crate) heap_live: usize,
+    pub(crate) heap_allocs: u64,
+    pub(crate) heap_frees: u64,
+}
+
+impl Subtree {
+    fn add(&mut self, o: Subtree) {
+        self.used = self.used.saturating_add(o.used);
+        self.heap_live = self.heap_live.saturating_add(o.heap_live);
+        self.heap_allocs = self.heap_allocs.wrapping_add(o.heap_allocs);
+        self.heap_frees = self.heap_frees.wrapping_add(o.heap_frees);
+    }
+
+    /// Each node's subtree sums, by registry index, into `sums`: its own figures, then a
+    /// pass from the last node to the first adds each into its parent (parents come
+    /// before their children, so a node is complete when its turn comes). O(tags).
+    pub(crate) fn sum(nodes: &[&'static TagNode], own_heap: &[OwnHeap], sums: &mut Vec<Subtree>) {
+        sums.clear();
+        sums.extend(nodes.iter().zip(own_heap).map(|(n, h)| Subtree {
+            used: n.own_used(),
+            heap_live: h.totals.live,
+            heap_allocs: h.allocs,
+            heap_frees: h.frees,
+        }));
+        for i in (0..nodes.len()).rev() {
+            if let Some(p) = nodes[i].parent {
+                debug_assert!(p.index < i, "a parent after its child");
+                let child = sums[i];
+                sums[p.index].add(child);
+            }
+        }
+    }
 }
 
 /// A tag's heap figures at a snapshot (its children's included).
@@ -294,22 +341,9 @@ impl TagNode {
         }
     }
 
-    /// The node's figures now; `used` sums what the arenas of this tag and of every tag
-    /// below it among `all` published.
-    pub(crate) fn read(&self, all: &[&'static TagNode]) -> Reading {
-        let own_used = |n: &TagNode| -> usize {
-            n.arenas
-                .lock()
-                .iter()
-                .filter_map(Weak::upgrade)
-                .map(|s| s.0.load(Relaxed))
-                .fold(0usize, usize::saturating_add)
-        };
-        let used = all
-            .iter()
-            .filter(|c| c.path == self.path || is_below(c.path, self.path))
-            .map(|c| own_used(c))
-            .fold(0, usize::saturating_add);
+    /// The node's figures now, with `used`: what the arenas of this tag and of every tag
+    /// below it published.
+    pub(crate) fn read(&self, used: usize) -> Reading {
         Reading {
             held: self.held.load(Relaxed),
             peak_held: self.peak_held.load(Relaxed),
@@ -322,6 +356,16 @@ impl TagNode {
             limit: budget(self.limit.load(Relaxed)),
             heap: Heap::default(),
         }
+    }
+
+    /// The bytes used by the arenas charging to exactly this tag (not its children's).
+    pub(crate) fn own_used(&self) -> usize {
+        self.arenas
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|s| s.0.load(Relaxed))
+            .fold(0usize, usize::saturating_add)
     }
 
     /// This tag's own heap counters (not its children's): totals, and this frame's calls.
@@ -367,11 +411,6 @@ impl TagNode {
         self.heap_allocs_base.store(own.allocs, Relaxed);
         self.heap_frees_base.store(own.frees, Relaxed);
     }
-}
-
-/// Whether `path` lies below `parent` (`"a/b/c"` below `"a"` and `"a/b"`).
-pub(crate) fn is_below(path: &str, parent: &str) -> bool {
-    path.len() > parent.len() && path.starts_with(parent) && path[parent.len()..].starts_with('/')
 }
 
 /// Whether a crossing of some warn budget waits to be reported. O(1).

@@ -79,24 +79,27 @@ pub(super) struct Row {
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct LedgerSnapshot {
-    /// In tree order once filled (see [`LedgerSnapshot::sort`]).
+    /// In tree order once filled (see [`tree_order`]).
     pub(super) rows: Vec<Row>,
     pub(super) untagged: usize,
     pub(super) untagged_heap: TagFigures,
-    /// Each tag's own heap counters while the snapshot is taken (kept to reuse its
-    /// allocation: a snapshot refilled every frame allocates nothing once warm).
+    /// Working space kept to reuse its allocations (a snapshot refilled every frame
+    /// allocates nothing once warm): each tag's own heap counters while the snapshot is
+    /// taken, its subtree's sums (both by registry index), and the registry's indexes in
+    /// tree order (recomputed only when tags were added).
     pub(super) own_heap: Vec<super::node::OwnHeap>,
+    pub(super) sums: Vec<super::node::Subtree>,
+    pub(super) order: Vec<usize>,
+}
+
+/// The tree order of tag paths: the order of the paths with '/' sorting before every other
+/// character, which comparing by segments gives (a parent right before its children). Tags
+/// are unique, so an unstable sort (which allocates nothing) by it is deterministic.
+pub(super) fn tree_order(a: &str, b: &str) -> std::cmp::Ordering {
+    a.split('/').cmp(b.split('/'))
 }
 
 impl LedgerSnapshot {
-    /// Puts the rows in tree order: the order of the paths with '/' sorting before every
-    /// other character, which comparing by segments gives. Tags are unique, so an
-    /// unstable sort (which allocates nothing) gives the same order.
-    pub(super) fn sort(&mut self) {
-        self.rows
-            .sort_unstable_by(|a, b| a.tag.split('/').cmp(b.tag.split('/')));
-    }
-
     /// The figures of `tag` (a parent's include its children's), or `None` if no arena
     /// or budget has named it. O(tags).
     pub fn tag(&self, tag: &str) -> Option<TagFigures> {

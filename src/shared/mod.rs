@@ -28,9 +28,8 @@
 //! the reset policy chooses, so the arena holds up to a block per thread that ever
 //! allocated. A thread that exits leaves its part to the next new thread (and code that
 //! allocates late in a thread's exit borrows one of a few *late* parts for the length of
-//! one call, so those are reused too); a part nobody allocates from gives its blocks back
-//! after 8 resets in a row. This
-//! suits a fixed pool of worker threads (a job system, Bevy's task pools); with threads
+//! one call, so those are reused too); a part nobody allocated from at 2 resets in a row
+//! gives its blocks back. This suits a fixed pool of worker threads (a job system, Bevy's task pools); with threads
 //! that come and go quickly against a small pool, idle parts can hold blocks a new
 //! thread would need.
 //!
@@ -69,8 +68,12 @@ struct Slot<'pool>(MemoryArena<'pool>, IdleResets);
 struct IdleResets(u32);
 
 /// Resets in a row a part may be idle before it gives its blocks back: a thread that
-/// allocates every few frames keeps its block, one that stopped gives it back soon.
-const IDLE_RESETS_BEFORE_RELEASE: u32 = 8;
+/// allocates at every other reset keeps its block, one that stopped gives it back soon.
+/// Short, because a scheduler moves work between threads: Bevy's executor runs a system
+/// on whichever thread is free, so a system storing to frame memory touches a different
+/// part from frame to frame, and parts kept for threads that stored a few frames ago
+/// held several times what one frame needs. A part that comes back takes one pool block.
+const IDLE_RESETS_BEFORE_RELEASE: u32 = 2;
 
 // SAFETY: a `&Slot` gives a `&MemoryArena`. Everything a shared reference to an arena can
 // reach is an atomic or behind a lock, except the cursor's bump, which is a load followed
@@ -405,9 +408,9 @@ impl<'pool> SharedArena<'pool> {
 
     /// Frees everything every thread allocated. Each thread's part keeps one block chosen
     /// by the reset policy (see [`MemoryArena::reset`]), except that a part that allocated
-    /// nothing at the last 8 resets in a row gives every block back: only threads that
-    /// use the arena hold memory for it, and one that uses it every few frames does not
-    /// take and return a block each time. O(threads + blocks).
+    /// nothing at the last 2 resets in a row gives every block back: only threads that
+    /// use the arena hold memory for it, and one that uses it at every other reset does
+    /// not take and return a block each time. O(threads + blocks).
     ///
     /// ```
     /// use nebula_memory::Arena;
