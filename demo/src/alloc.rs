@@ -1,16 +1,45 @@
-//! The global allocator of the demo: the system allocator (or mimalloc, for the run that
-//! uses it), counting allocations and live bytes.
+//! The global allocator of the demo: the system allocator behind the crate's
+//! `TrackingAllocator` (which charges every heap byte to a ledger tag, and each Bevy
+//! system's to `systems/<name>`), or, for the runs that measure without it, the system
+//! allocator or mimalloc alone; counting allocations and live bytes in every case.
 //!
 //! Allocations are counted apart by who asked: the demo's own code marks its work with
 //! [`own`], everything else (Bevy's executor, the ECS, the crate's pools) counts as Bevy's.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+
+use nebula_memory::TrackingAllocator;
 use std::cell::Cell;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64};
 
-/// The environment variable that makes a child process allocate with mimalloc.
+/// The environment variable that chooses a child process's allocator (see [`Backend`]).
 pub const ALLOCATOR_VAR: &str = "FRAME_LOOP_ALLOCATOR";
+
+/// Where a process's allocations go, chosen once, before its first allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The system allocator behind `TrackingAllocator` (the default).
+    Tracked,
+    /// The system allocator alone: what the tracking costs.
+    System,
+    /// mimalloc alone.
+    Mimalloc,
+}
+
+impl Backend {
+    /// The value of [`ALLOCATOR_VAR`] that chooses it.
+    pub fn var(self) -> &'static str {
+        match self {
+            Backend::Tracked => "tracked",
+            Backend::System => "system",
+            Backend::Mimalloc => "mimalloc",
+        }
+    }
+}
+
+/// The tracking allocator over the system allocator, for [`Backend::Tracked`].
+static TRACKED: TrackingAllocator<System> = TrackingAllocator::new(System);
 
 /// Allocations (`alloc`, `alloc_zeroed`, `realloc`) made by the demo's own code.
 static OWN_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
@@ -19,8 +48,9 @@ static OTHER_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 /// Bytes allocated and not freed yet.
 static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
 
-/// 0: not decided yet; 1: the system allocator; 2: mimalloc.
+/// 0: not decided yet; then 1 + the index of the [`Backend`] in `BACKENDS`.
 static BACKEND: AtomicU8 = AtomicU8::new(0);
+const BACKENDS: [Backend; 3] = [Backend::Tracked, Backend::System, Backend::Mimalloc];
 
 thread_local! {
     /// How deep this thread is in the demo's own code.
@@ -57,18 +87,20 @@ pub fn counters() -> Counters {
     }
 }
 
-/// Whether this process allocates with mimalloc.
-pub fn is_mimalloc() -> bool {
-    backend() == 2
+/// This process's allocator.
+pub fn backend() -> Backend {
+    BACKENDS[usize::from(chosen() - 1)]
 }
 
 /// Decided once, at the process's first allocation, from the environment (read without
 /// allocating), so every block is freed by the allocator that made it.
 #[inline]
-fn backend() -> u8 {
+fn chosen() -> u8 {
     match BACKEND.load(Relaxed) {
         0 => {
-            let chosen = if asks_for_mimalloc() { 2 } else { 1 };
+            let asked = asked_for();
+            let i = BACKENDS.iter().position(|b| b.var() == asked).unwrap_or(0);
+            let chosen = i as u8 + 1;
             BACKEND.store(chosen, Relaxed);
             chosen
         }
@@ -76,18 +108,23 @@ fn backend() -> u8 {
     }
 }
 
+/// The value of [`ALLOCATOR_VAR`] ("" if unset), read without allocating.
 #[cfg(unix)]
-fn asks_for_mimalloc() -> bool {
-    // The name of `ALLOCATOR_VAR`, NUL-terminated.
+fn asked_for() -> &'static str {
     // SAFETY: `getenv` with a NUL-terminated name; nothing in this process sets variables.
     let value = unsafe { libc::getenv(c"FRAME_LOOP_ALLOCATOR".as_ptr()) };
-    // SAFETY: a non-null result is a NUL-terminated string owned by the environment.
-    !value.is_null() && unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes() == b"mimalloc"
+    if value.is_null() {
+        return "";
+    }
+    // SAFETY: a non-null result is a NUL-terminated string owned by the environment, which
+    // nothing in this process changes.
+    let value = unsafe { std::ffi::CStr::from_ptr(value) };
+    value.to_str().unwrap_or("")
 }
 
 #[cfg(not(unix))]
-fn asks_for_mimalloc() -> bool {
-    false
+fn asked_for() -> &'static str {
+    ""
 }
 
 #[inline]
@@ -112,9 +149,10 @@ unsafe impl GlobalAlloc for Counting {
         count(layout.size() as i64);
         // SAFETY: forwarded from the caller.
         unsafe {
-            match backend() {
-                2 => mimalloc::MiMalloc.alloc(layout),
-                _ => System.alloc(layout),
+            match chosen() {
+                2 => System.alloc(layout),
+                3 => mimalloc::MiMalloc.alloc(layout),
+                _ => TRACKED.alloc(layout),
             }
         }
     }
@@ -123,9 +161,10 @@ unsafe impl GlobalAlloc for Counting {
         count(layout.size() as i64);
         // SAFETY: forwarded from the caller.
         unsafe {
-            match backend() {
-                2 => mimalloc::MiMalloc.alloc_zeroed(layout),
-                _ => System.alloc_zeroed(layout),
+            match chosen() {
+                2 => System.alloc_zeroed(layout),
+                3 => mimalloc::MiMalloc.alloc_zeroed(layout),
+                _ => TRACKED.alloc_zeroed(layout),
             }
         }
     }
@@ -134,9 +173,10 @@ unsafe impl GlobalAlloc for Counting {
         LIVE_BYTES.fetch_sub(layout.size() as i64, Relaxed);
         // SAFETY: forwarded from the caller; the block came from the same allocator.
         unsafe {
-            match backend() {
-                2 => mimalloc::MiMalloc.dealloc(ptr, layout),
-                _ => System.dealloc(ptr, layout),
+            match chosen() {
+                2 => System.dealloc(ptr, layout),
+                3 => mimalloc::MiMalloc.dealloc(ptr, layout),
+                _ => TRACKED.dealloc(ptr, layout),
             }
         }
     }
@@ -145,9 +185,10 @@ unsafe impl GlobalAlloc for Counting {
         count(new_size as i64 - layout.size() as i64);
         // SAFETY: forwarded from the caller; the block came from the same allocator.
         unsafe {
-            match backend() {
-                2 => mimalloc::MiMalloc.realloc(ptr, layout, new_size),
-                _ => System.realloc(ptr, layout, new_size),
+            match chosen() {
+                2 => System.realloc(ptr, layout, new_size),
+                3 => mimalloc::MiMalloc.realloc(ptr, layout, new_size),
+                _ => TRACKED.realloc(ptr, layout, new_size),
             }
         }
     }

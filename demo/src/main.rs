@@ -85,14 +85,19 @@ fn main() {
     let entities = number(&args, "--entities", 5_000).max(1);
     if let Some(name) = value(&args, "--child") {
         let run = RUNS.iter().find(|r| r.name == name).expect("a known run");
-        assert_eq!(run.mimalloc, alloc::is_mimalloc(), "the run's allocator");
+        assert_eq!(run.alloc, alloc::backend(), "the run's allocator");
         runs::child(*run, entities);
         return;
     }
     let frames = number(&args, "--frames", 1_000).max(1);
     let runs: Vec<runs::Run> = RUNS
         .into_iter()
-        .filter(|r| !(r.mimalloc && (args.iter().any(|a| a == "--no-mimalloc") || cfg!(not(unix)))))
+        .filter(|r| match r.alloc {
+            // The allocator is chosen from the environment, read without allocating: Unix.
+            alloc::Backend::Tracked => true,
+            alloc::Backend::System => cfg!(unix),
+            alloc::Backend::Mimalloc => cfg!(unix) && !args.iter().any(|a| a == "--no-mimalloc"),
+        })
         .collect();
     println!(
         "frame_loop: {frames} frames (after {WARM_UP} of warm-up), {entities} entities, 4 compute \

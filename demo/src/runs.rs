@@ -5,8 +5,9 @@
 //! The parent starts the children (this same program with `--child RUN`) and talks to
 //! them over their standard input and output, one line per command or frame:
 //! `warm` (play the warm-up frames), `play N` (play N frames, one line of figures each),
-//! `stats` (the run's closing figures), `ledger` (the arena run's tag table, see `tags`);
-//! each answer ends with `ok`.
+//! `stats` (the run's closing figures), `ledger` (the arena run's tag table, see `tags`),
+//! `systems` (each Bevy system's heap allocations, see `tags::SystemsHeap`); each answer
+//! ends with `ok`.
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -17,9 +18,9 @@ use bevy_app::App;
 use nebula_memory::bevy::{FrameMemoryStats, MemoryLedger};
 use nebula_memory::ledger::tags::{FRAME_MEMORY, WITH_SCRATCH};
 
-use crate::alloc::{ALLOCATOR_VAR, counters, rss_bytes};
+use crate::alloc::{ALLOCATOR_VAR, Backend, counters, rss_bytes};
 use crate::systems::{Checksum, LocalHeld, Mode, NEEDS, Needs, Tick, app};
-use crate::tags::Watch;
+use crate::tags::{SystemsHeap, Watch};
 use crate::workload::is_spike;
 
 /// Frames each run plays before the next run's turn.
@@ -32,29 +33,36 @@ pub const WARM_UP: usize = 60;
 pub struct Run {
     pub name: &'static str,
     pub mode: Mode,
-    pub mimalloc: bool,
+    pub alloc: Backend,
 }
 
-pub const RUNS: [Run; 4] = [
+/// The three ways, with heap tracking (so each system's heap use is known); the heap run
+/// with mimalloc; and the heap run without the tracking allocator, for its cost.
+pub const RUNS: [Run; 5] = [
     Run {
         name: "arena",
         mode: Mode::Arena,
-        mimalloc: false,
+        alloc: Backend::Tracked,
     },
     Run {
         name: "heap",
         mode: Mode::Heap,
-        mimalloc: false,
+        alloc: Backend::Tracked,
     },
     Run {
         name: "local-vec",
         mode: Mode::LocalVec,
-        mimalloc: false,
+        alloc: Backend::Tracked,
     },
     Run {
         name: "heap+mimalloc",
         mode: Mode::Heap,
-        mimalloc: true,
+        alloc: Backend::Mimalloc,
+    },
+    Run {
+        name: "heap untracked",
+        mode: Mode::Heap,
+        alloc: Backend::System,
     },
 ];
 
@@ -135,6 +143,8 @@ pub struct RunRecord {
     pub closing: Closing,
     /// The arena run's tag table (see `tags`); empty for the others.
     pub ledger: Vec<String>,
+    /// The tracked runs' heap use per system (see `tags::SystemsHeap::lines`).
+    pub systems: Vec<String>,
 }
 
 /// Plays one frame of `app`; `live_base` is the live heap bytes the heap run's held figure
@@ -190,6 +200,7 @@ pub fn child(run: Run, entities: usize) {
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut lines: Vec<String> = Vec::with_capacity(TURN);
     let (mut watch, mut measured) = (Watch::default(), 0);
+    let mut systems = SystemsHeap::default();
     for command in stdin.lock().lines() {
         let command = command.expect("reading a command from the parent");
         let words: Vec<&str> = command.split_whitespace().collect();
@@ -206,6 +217,9 @@ pub fn child(run: Run, entities: usize) {
                 for _ in 0..n {
                     let f = frame(&mut app, run.mode, live_base);
                     lines.push(f.to_line());
+                    if run.alloc == Backend::Tracked {
+                        systems.frame(f.spike, app.world().resource::<MemoryLedger>());
+                    }
                     if run.mode == Mode::Arena {
                         let world = app.world();
                         let next_spike = is_spike(world.resource::<Tick>().0);
@@ -230,6 +244,11 @@ pub fn child(run: Run, entities: usize) {
             }
             ["ledger"] => {
                 for line in watch.table(app.world().resource::<MemoryLedger>()) {
+                    writeln!(out, "{line}").unwrap();
+                }
+            }
+            ["systems"] => {
+                for line in systems.lines() {
                     writeln!(out, "{line}").unwrap();
                 }
             }
@@ -276,10 +295,7 @@ pub fn run_all(runs: &[Run], frames: usize, entities: usize) -> Vec<RunRecord> {
         .map(|run| {
             let mut child = Command::new(&exe)
                 .args(["--child", run.name, "--entities", &entities.to_string()])
-                .env(
-                    ALLOCATOR_VAR,
-                    if run.mimalloc { "mimalloc" } else { "system" },
-                )
+                .env(ALLOCATOR_VAR, run.alloc.var())
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -303,6 +319,7 @@ pub fn run_all(runs: &[Run], frames: usize, entities: usize) -> Vec<RunRecord> {
             frames: Vec::with_capacity(frames),
             closing: Closing::default(),
             ledger: Vec::new(),
+            systems: Vec::new(),
         })
         .collect();
     while records[0].frames.len() < frames {
@@ -329,6 +346,9 @@ pub fn run_all(runs: &[Run], frames: usize, entities: usize) -> Vec<RunRecord> {
         };
         if r.run.mode == Mode::Arena {
             r.ledger = h.ask("ledger");
+        }
+        if r.run.alloc == Backend::Tracked {
+            r.systems = h.ask("systems");
         }
         drop(h.input);
         h.child.wait().expect("a run's exit");
