@@ -85,6 +85,21 @@ pub struct ScratchFrame {
     pub bytes_held: usize,
 }
 
+/// Ends `owner`'s frame and returns its figures.
+///
+/// # Safety
+/// No item that claimed one of `owner`'s arenas is alive (see `ScratchOwner::end_frame`).
+unsafe fn end_owner_frame(owner: &ScratchOwner) -> ScratchFrame {
+    // SAFETY: passed on from the caller.
+    unsafe { owner.end_frame() };
+    let f = owner.figures();
+    ScratchFrame {
+        peak_bytes: f.peak_bytes,
+        arenas: f.arenas,
+        bytes_held: f.bytes_held,
+    }
+}
+
 impl ScratchArenas {
     /// Scratch arenas whose blocks follow `config`; without a tag in `config`, their
     /// blocks are charged to the ledger tag `scratch/systems`. O(1).
@@ -106,10 +121,11 @@ impl ScratchArenas {
         }
     }
 
-    /// Ends the frame for the scratch arenas of every thread and returns the frame's
-    /// figures. Arenas are reset whenever an item is dropped, so there is nothing to free
-    /// here; an arena whose item was `mem::forget`-ed is reclaimed by its thread's next
-    /// claim. `&mut self` proves no [`Scratch`] item is alive. O(arenas).
+    /// Ends the frame for these scratch arenas and returns the frame's figures. Arenas
+    /// are reset whenever an item is dropped, so there is nothing to free here; the
+    /// arena of an item that was `mem::forget`-ed is taken back, and every 8 frames free
+    /// arenas that were idle or held more than twice their need give their memory back.
+    /// `&mut self` proves no [`Scratch`] item is alive. O(arenas).
     ///
     /// ```
     /// let mut arenas = nebula_memory::bevy::ScratchArenas::default();
@@ -117,13 +133,7 @@ impl ScratchArenas {
     /// ```
     pub fn end_frame(&mut self) -> ScratchFrame {
         // SAFETY: `&mut self`: every item borrows the resource, so none is alive.
-        unsafe { self.owner.end_frame() };
-        let f = self.owner.figures();
-        ScratchFrame {
-            peak_bytes: f.peak_bytes,
-            arenas: f.arenas,
-            bytes_held: f.bytes_held,
-        }
+        unsafe { end_owner_frame(&self.owner) }
     }
 }
 
@@ -233,9 +243,8 @@ impl<T: ScratchTag> TaggedScratchArenas<T> {
 }
 
 impl<T: ScratchTag> TaggedScratchArenas<T> {
-    /// Ends the frame for these arenas on every thread (see [`ScratchArenas::end_frame`]):
-    /// an arena whose item was `mem::forget`-ed is reclaimed by its thread's next claim.
-    /// `&mut self` proves no [`TaggedScratch<T>`] item of these arenas is alive.
+    /// Ends the frame for these arenas (see [`ScratchArenas::end_frame`]): the arena of an
+    /// item that was `mem::forget`-ed is taken back, idle ones trimmed. `&mut self` proves no [`TaggedScratch<T>`] item of these arenas is alive.
     /// [`reset_frame_arenas_system`](super::reset_frame_arenas_system) calls it for every
     /// `T` a system of the world uses, whoever inserted the resource. O(arenas).
     ///
@@ -252,13 +261,7 @@ impl<T: ScratchTag> TaggedScratchArenas<T> {
     pub fn end_frame(&mut self) -> ScratchFrame {
         // SAFETY: `&mut self`: every item borrows the resource (through its world), so
         // none is alive.
-        unsafe { self.owner.end_frame() };
-        let f = self.owner.figures();
-        ScratchFrame {
-            peak_bytes: f.peak_bytes,
-            arenas: f.arenas,
-            bytes_held: f.bytes_held,
-        }
+        unsafe { end_owner_frame(&self.owner) }
     }
 }
 

@@ -73,6 +73,17 @@ pub(crate) fn is_on() -> bool {
 }
 
 /// Sets `sink` (under the write lock) and everything derived from it.
+/// One of `guards` guards is gone: the sink stays on for the rest, or turns off.
+fn count_off(state: &mut State, guards: usize) {
+    let rest = guards.saturating_sub(1);
+    let sink = if rest == 0 {
+        Sink::Off
+    } else {
+        Sink::On { guards: rest }
+    };
+    set_sink(state, sink);
+}
+
 fn set_sink(state: &mut State, sink: Sink) {
     state.sink = sink;
     let on = matches!(sink, Sink::On { .. });
@@ -301,13 +312,7 @@ impl TracyGuard {
                 Sink::Stopped => return TracyEnd::AlreadyStopped,
                 Sink::On { guards } => {
                     if state.started_on != Some(std::thread::current().id()) {
-                        let rest = guards.saturating_sub(1);
-                        let sink = if rest == 0 {
-                            Sink::Off
-                        } else {
-                            Sink::On { guards: rest }
-                        };
-                        set_sink(&mut state, sink);
+                        count_off(&mut state, guards);
                         return TracyEnd::LeftRunning;
                     }
                 }
@@ -340,13 +345,7 @@ impl Drop for TracyGuard {
     fn drop(&mut self) {
         let mut state = STATE.write();
         if let Sink::On { guards } = state.sink {
-            let rest = guards.saturating_sub(1);
-            let sink = if rest == 0 {
-                Sink::Off
-            } else {
-                Sink::On { guards: rest }
-            };
-            set_sink(&mut state, sink);
+            count_off(&mut state, guards);
         }
     }
 }
