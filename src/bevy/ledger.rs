@@ -159,7 +159,7 @@ pub(crate) fn end_ledger_frame(world: &mut World) {
         return;
     };
     // Into the resource's own snapshot: once warm, a frame end allocates nothing.
-    ledger::end_frame_into(&mut ledger.snapshot);
+    ledger::end_frame_into_quietly(&mut ledger.snapshot);
     let new = ledger.record();
     if let Some(mut store) = world.get_resource_mut::<DiagnosticsStore>() {
         for path in new.into_iter().flat_map(|d| [d.held, d.heap]) {
@@ -168,4 +168,6 @@ pub(crate) fn end_ledger_frame(world: &mut World) {
             }
         }
     }
+    // Told once the snapshot, its CSV row and the diagnostics are recorded.
+    crate::ledger::emit_pending_warnings();
 }

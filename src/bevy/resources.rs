@@ -238,8 +238,16 @@ impl FrameMemory {
     /// assert_eq!(frames.end_frame(), 8);
     /// ```
     pub fn end_frame(&mut self) -> usize {
+        let used = self.end_frame_quietly();
+        crate::ledger::emit_pending_warnings();
+        used
+    }
+
+    /// [`end_frame`](Self::end_frame) without telling budget warnings (the plugin's frame
+    /// end tells them once it is complete).
+    pub(crate) fn end_frame_quietly(&mut self) -> usize {
         let used = self.frames.current().bytes_used();
-        self.frames.swap();
+        self.frames.swap_quietly();
         used
     }
 }

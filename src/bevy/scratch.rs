@@ -1,25 +1,28 @@
 //! `Scratch`: a system parameter that hands a system an arena of its own for temporaries.
 //!
-//! The arenas are the calling thread's scratch stack (the one behind `with_scratch`), under
-//! an owner of their own: the [`ScratchArenas`] resource. `get_param` claims a free arena of
-//! the thread the system runs on (creating one if all are busy); dropping the item resets
-//! the arena and frees it for the next claim. Idle arenas give their memory back through
-//! `maintain_global_pools` (which the plugin calls each frame), like `with_scratch`'s.
+//! The arenas belong to the system's parameter, not to a thread: the [`ScratchArenas`]
+//! resource (or a [`TaggedScratchArenas<T>`]) holds them, and `get_param` claims a free one
+//! on whichever thread the system runs (making one if all are busy). A system runs on one
+//! thread at a time, so it needs as many arenas as it has claims alive at once, not one per
+//! thread it ever ran on. Dropping the item resets the arena and frees it for the next
+//! claim; the resource's frame end (which the plugin runs) trims idle arenas.
 //!
 //! Why this is sound under Bevy's executor:
 //! - **Work stealing.** A system blocked in `par_iter` or a task scope runs other systems on
-//!   its own thread meanwhile. Those claim *other* arenas of the thread (the first one is
-//!   busy), so nothing they do touches the suspended system's arena.
+//!   its own thread meanwhile. Those claim *other* arenas (a claim takes only a free one,
+//!   by compare-and-swap), so nothing they do touches the suspended system's arena.
 //! - **Two `Scratch` parameters in one system** claim two arenas; each frees only its own.
-//! - **`mem::forget` of an item** leaves its arena busy and not reset. The frame-end
-//!   ([`ScratchArenas::end_frame`], `&mut self`, so no item is alive) advances the owner's
-//!   frame; the thread's next claim sees an arena busy since an earlier frame and reclaims
-//!   it. Nothing can still borrow it then: everything an item hands out borrows the item,
-//!   whose lifetime is the system run.
+//! - **`mem::forget` of an item** leaves its arena busy and not reset. The resource's frame
+//!   end ([`ScratchArenas::end_frame`], through `&mut` on the resource, so no item is alive)
+//!   takes such arenas back. Nothing can still borrow one then: everything an item hands
+//!   out borrows the item, whose lifetime is the system run; the `&mut` orders the frame
+//!   end after the item's thread.
+//! - **Lifetime.** An item and a `ScratchBatch` hold their arena's slot by `Arc`, so
+//!   one kept past its thread's teardown (or its resource) still owns live memory.
 //! - **Other threads.** An item is neither `Send` nor `Sync`, and what it derefs to
 //!   (`MemoryArena`) is not `Sync`, so neither the item nor its memory can be captured by a
-//!   task or closure that runs on another thread. The only other thread that touches an
-//!   arena is a maintaining one, and only a free arena (see the scratch stack's docs).
+//!   task or closure that runs on another thread; [`ScratchBatches`] is what `par_iter`
+//!   workers use instead, each batch claiming an arena of its own on its thread.
 
 use std::alloc::Layout;
 use std::any::TypeId;
@@ -44,7 +47,10 @@ use crate::per_thread::{
     ScratchBatch, ScratchOwner, Slot, batch_of, claim_held, release, slot_ptr,
 };
 
-/// The per-thread scratch arenas behind [`Scratch`]; inserted by `MemoryPlugin`.
+/// The scratch arenas behind [`Scratch`], which any thread may claim; inserted by
+/// `MemoryPlugin`. It holds as many arenas as it had claims alive at once: an item's, and
+/// a batch's per worker thread once [`Scratch::batches`] was used (whose first call makes
+/// one per compute thread up front).
 ///
 /// ```
 /// use bevy_ecs::prelude::*;
@@ -79,7 +85,7 @@ impl Default for ScratchArenas {
 pub struct ScratchFrame {
     /// Sum over the arenas of the most each held at once during the frame.
     pub peak_bytes: usize,
-    /// Scratch arenas in all threads (a thread has one per nesting depth it reached).
+    /// Scratch arenas the owner holds (see [`ScratchArenas`] for how many).
     pub arenas: usize,
     /// Bytes of scratch-pool blocks the arenas hold after the reset.
     pub bytes_held: usize,
@@ -217,8 +223,8 @@ pub trait ScratchTag: Send + Sync + 'static {
     const TAG: &'static str;
 }
 
-/// The scratch arenas behind [`TaggedScratch<T>`]: an owner of the per-thread scratch
-/// stacks of its own, whose blocks are charged to `T::TAG`. The parameter inserts it the
+/// The scratch arenas behind [`TaggedScratch<T>`]: an owner of scratch arenas of its
+/// own, which any thread may claim, whose blocks are charged to `T::TAG`. The parameter inserts it the
 /// first time a system uses it, with the [`ScratchArenas`] config if there is one; an app
 /// may insert one of its own config first.
 #[derive(Resource)]
@@ -568,7 +574,7 @@ impl<T: ScratchTag> std::fmt::Debug for TaggedScratch<'_, T> {
 
 // SAFETY: access is exactly `Res<ScratchArenas>`'s (a read of that resource), delegated to
 // its implementation; `get_param` reads the resource and claims a slot through its
-// interior (per-thread, state-flagged) stacks, like a `Res<Mutex<_>>` would.
+// interior (state-flagged, lock-guarded) arena list, like a `Res<Mutex<_>>` would.
 unsafe impl SystemParam for Scratch<'_> {
     type State = <Res<'static, ScratchArenas> as SystemParam>::State;
     type Item<'w, 's> = Scratch<'w>;

@@ -276,6 +276,16 @@ pub fn end_frame() -> LedgerSnapshot {
 /// assert!(snap.total() >= snap.untagged());
 /// ```
 pub fn end_frame_into(snap: &mut LedgerSnapshot) {
+    end_frame_into_quietly(snap);
+    // Told last: the snapshot and the plots are complete.
+    emit_pending_warnings();
+}
+
+/// [`end_frame_into`] without telling budget warnings, for a caller with more to record
+/// first (the Bevy plugin: its `MemoryLedger` and CSV row), which then calls
+/// `emit_pending_warnings`.
+#[cfg_attr(not(feature = "bevy"), allow(dead_code))]
+pub(crate) fn end_frame_into_quietly(snap: &mut LedgerSnapshot) {
     fill(snap, true);
     let heap = crate::heap::counters::in_use();
     for (tag, f) in snap.tags() {
@@ -294,6 +304,4 @@ pub fn end_frame_into(snap: &mut LedgerSnapshot) {
     if events::frame_marks() {
         send(|| LedgerEvent::FrameMark);
     }
-    // Told last: the snapshot and the plots are complete.
-    emit_pending_warnings();
 }

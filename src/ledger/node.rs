@@ -427,6 +427,17 @@ pub(crate) fn emit_pending_warnings() {
     if !ANY_WARN_PENDING.swap(false, Relaxed) {
         return;
     }
+    // A subscriber that panics leaves the tags after its own untold: raise the flag again
+    // on the way out, so the next call tells them.
+    struct ToldAll(bool);
+    impl Drop for ToldAll {
+        fn drop(&mut self) {
+            if !self.0 {
+                ANY_WARN_PENDING.store(true, Relaxed);
+            }
+        }
+    }
+    let mut told = ToldAll(false);
     for n in all_nodes() {
         let heap = n.heap_seen.load(Relaxed);
         let held = n.total.load(Relaxed).saturating_add(heap);
@@ -456,6 +467,7 @@ pub(crate) fn emit_pending_warnings() {
             );
         }
     }
+    told.0 = true;
 }
 
 #[cfg(test)]

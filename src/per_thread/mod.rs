@@ -2,7 +2,9 @@
 //! [`with_scratch`], and the classic per-thread frame arena behind [`thread_arena_alloc`].
 //!
 //! Both live in thread-locals and are used only by their own thread: no other thread ever
-//! writes them (see each module for how frame ends and statistics reach them anyway).
+//! writes them (see each module for how frame ends and statistics reach them anyway). The
+//! scratch arenas of a Bevy resource are the exception, and [`owner`] says how: they
+//! belong to their owner, not to a thread, and any thread may claim a free one.
 
 mod owner;
 mod scratch;

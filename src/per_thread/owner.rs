@@ -174,10 +174,10 @@ impl ScratchOwner {
 
     /// The owner's arenas and the bytes they hold, leaving the peaks alone.
     pub(crate) fn held(&self) -> (usize, usize) {
-        let mut n = (0, 0);
+        let mut n = (0, 0usize);
         self.each_arena(|slot| {
             n.0 += 1;
-            n.1 += slot.held.load(Relaxed);
+            n.1 = n.1.saturating_add(slot.held.load(Relaxed));
         });
         n
     }
@@ -187,8 +187,8 @@ impl ScratchOwner {
         let mut f = OwnerFigures::default();
         self.each_arena(|slot| {
             f.arenas += 1;
-            f.bytes_held += slot.held.load(Relaxed);
-            f.peak_bytes += slot.peak.swap(0, Relaxed);
+            f.bytes_held = f.bytes_held.saturating_add(slot.held.load(Relaxed));
+            f.peak_bytes = f.peak_bytes.saturating_add(slot.peak.swap(0, Relaxed));
         });
         f
     }

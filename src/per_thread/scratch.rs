@@ -25,8 +25,9 @@
 //! touches an arena in use. A one-off spike therefore costs its memory for at most two
 //! windows, not for the thread's life.
 //!
-//! The only cross-thread accesses are that trim (through the state) and figures published
-//! in atomics when an arena is freed.
+//! The only cross-thread accesses to a thread's stack are that trim (through the state)
+//! and figures published in atomics when an arena is freed. (A Bevy owner's slots are
+//! outside every stack and claimed by any thread, through the same state: see `owner`.)
 
 use std::cell::{Cell, OnceCell, UnsafeCell};
 use std::marker::PhantomData;
@@ -307,7 +308,7 @@ fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>) -> NonNull<Slot> {
 /// Frees a claimed arena: resets it and makes it claimable again.
 ///
 /// # Safety
-/// `slot` came from [`claim`] (or [`claim_held`]) on this thread and is not freed yet, and
+/// `slot` came from [`claim`] on this thread (or from [`claim_held`] on any) and is not freed yet, and
 /// is alive (its thread's stack, or the caller's `Arc`, holds it); nothing allocated from
 /// its arena since the claim is used any more.
 pub(crate) unsafe fn release(slot: NonNull<Slot>) {

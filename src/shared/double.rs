@@ -261,6 +261,14 @@ impl<'pool> DoubleBufferedArena<'pool> {
     /// assert_eq!(*value, 1);
     /// ```
     pub fn swap(&mut self) {
+        self.swap_quietly();
+        // Budget crossings of the reset, told once the swap is complete.
+        crate::ledger::emit_pending_warnings();
+    }
+
+    /// [`swap`](Self::swap) without telling budget warnings: for a caller that has more to
+    /// do before user code may run, and tells them itself when it is done.
+    pub(crate) fn swap_quietly(&mut self) {
         let older = 1 - self.current;
         // The stamp first: from here on no handle of the older frame passes `get`, even
         // if what follows panics.
@@ -268,8 +276,6 @@ impl<'pool> DoubleBufferedArena<'pool> {
         self.buffers[older].reset_quietly();
         self.current = older;
         self.frame += 1;
-        // Budget crossings of the reset, told once the swap is complete.
-        crate::ledger::emit_pending_warnings();
     }
 }
 
