@@ -131,7 +131,10 @@ fn tag_of(name: &DebugName) -> &'static str {
     } else {
         short
     };
-    Box::leak(format!("{SYSTEMS_TAG}/{short}").into_boxed_str())
+    let tag = format!("{SYSTEMS_TAG}/{short}");
+    // Leaked once per process: a tag the ledger knows already (an app made again, a
+    // second schedule) reuses its spelling.
+    crate::ledger::registered_path(&tag).unwrap_or_else(|| Box::leak(tag.into_boxed_str()))
 }
 
 /// Wraps every system of every schedule of `world` that is not wrapped yet and can be

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use bevy_diagnostic::{Diagnostic, DiagnosticPath, DiagnosticsStore};
 use bevy_ecs::prelude::*;
+use parking_lot::Mutex;
 
 use crate::ledger::{self, LedgerSnapshot};
 
@@ -50,10 +51,24 @@ struct TagDiagnostics {
     heap: DiagnosticPath,
 }
 
-/// A diagnostic path borrowing a string that lives for ever: each measurement clones the
-/// path, which for an owned string would allocate every frame. One per top-level tag.
-fn leaked_path(path: String) -> DiagnosticPath {
-    DiagnosticPath::const_new(Box::leak(path.into_boxed_str()))
+/// A top-level tag's diagnostic paths, borrowing strings that live for ever (each
+/// measurement clones a path, which for an owned string would allocate every frame).
+/// Leaked once per process and tag: every `MemoryLedger` (an app made again and again)
+/// reuses them.
+fn tag_diagnostics(tag: &'static str) -> TagDiagnostics {
+    static MADE: Mutex<Vec<TagDiagnostics>> = Mutex::new(Vec::new());
+    let mut made = MADE.lock();
+    if let Some(d) = made.iter().find(|d| d.tag == tag) {
+        return d.clone();
+    }
+    let leaked = |path: String| DiagnosticPath::const_new(Box::leak(path.into_boxed_str()));
+    let d = TagDiagnostics {
+        tag,
+        held: leaked(format!("nebula_memory/tag/{tag}/held")),
+        heap: leaked(format!("nebula_memory/tag/{tag}/heap")),
+    };
+    made.push(d.clone());
+    d
 }
 
 /// The per-frame CSV file.
@@ -115,11 +130,7 @@ impl MemoryLedger {
             .tags()
             .filter(|(t, _)| !t.contains('/'))
             .filter(|(t, _)| !self.diagnostics.iter().any(|d| d.tag == *t))
-            .map(|(tag, _)| TagDiagnostics {
-                tag,
-                held: leaked_path(format!("nebula_memory/tag/{tag}/held")),
-                heap: leaked_path(format!("nebula_memory/tag/{tag}/heap")),
-            })
+            .map(|(tag, _)| tag_diagnostics(tag))
             .collect();
         self.diagnostics.extend(new.iter().cloned());
         new

@@ -85,6 +85,8 @@ mod tracy_sink;
 
 pub(crate) use events::send;
 pub use events::{LedgerEvent, record_events, take_recorded_events};
+#[cfg(feature = "bevy")]
+pub(crate) use node::registered_path;
 pub(crate) use node::{
     TagNode, UsedSlot, check_tag, emit_pending_warnings, node, warnings_pending,
 };

@@ -105,6 +105,17 @@ pub(crate) fn node(path: &'static str) -> &'static TagNode {
     intern(&mut registry, path)
 }
 
+/// The registered tag spelled `path`, if there is one: its `'static` spelling, for a
+/// caller that would otherwise leak a copy of its own (once per app, for example).
+#[cfg_attr(not(feature = "bevy"), allow(dead_code))]
+pub(crate) fn registered_path(path: &str) -> Option<&'static str> {
+    REGISTRY
+        .lock()
+        .iter()
+        .find(|n| n.path == path)
+        .map(|n| n.path)
+}
+
 fn intern(registry: &mut Vec<&'static TagNode>, path: &'static str) -> &'static TagNode {
     if let Some(n) = registry.iter().find(|n| n.path == path) {
         return n;
