@@ -7,8 +7,8 @@
 # (PROPTEST_CASES, default 4). Doctests are not run (only `--lib` and `--test` targets
 # below): the compile-time guarantees are `compile_fail` doctests, which run no code.
 # Long: the re-entrancy torture test (tests/reentrancy.rs, a subscriber that calls every
-# entry point back) takes about 13 minutes under Miri on its own on a 2-core machine, and
-# the other tests took about 15 minutes before it. CI runs a shorter Miri pass (.ci/run).
+# entry point back) takes about 13 minutes under Miri on its own on a 2-core machine; the
+# whole script takes well over that. CI runs a shorter Miri pass (.ci/run).
 #
 # Arguments go to every `cargo miri test` below, e.g. `scripts/miri.sh -- --test-threads=2`.
 # MIRIFLAGS, if set, is added to each run's flags.
