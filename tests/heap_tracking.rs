@@ -359,18 +359,35 @@ mod bevy_systems {
         for _ in 0..40 {
             app.update();
         }
-        let ledger = app.world().resource::<MemoryLedger>();
-        for system in [
+        // A frame may still allocate once for something new in the process: a top-level
+        // tag another test made meanwhile gets its diagnostic paths, a budget crossing of
+        // another test is told. A steady cost shows in every frame; so some frame of the
+        // next 20 allocates nothing at all.
+        let systems = [
             "reset_game_arena_on_request",
             "reset_frame_arenas_system",
             "end_ledger_frame",
             "publish_memory_diagnostics",
             "attribute_systems",
             "frame_work",
-        ] {
-            let f = ledger.tag(&format!("systems/{system}")).unwrap_or_default();
-            assert_eq!((f.heap_allocs, f.heap_frees), (0, 0), "{system}: {f:?}");
-        }
+        ];
+        let mut seen = Vec::new();
+        let quiet = (0..20).any(|_| {
+            app.update();
+            let ledger = app.world().resource::<MemoryLedger>();
+            let calls: Vec<_> = systems
+                .iter()
+                .map(|system| {
+                    let f = ledger.tag(&format!("systems/{system}")).unwrap_or_default();
+                    (*system, f.heap_allocs, f.heap_frees)
+                })
+                .filter(|&(_, allocs, frees)| (allocs, frees) != (0, 0))
+                .collect();
+            let quiet = calls.is_empty();
+            seen.push(calls);
+            quiet
+        });
+        assert!(quiet, "every frame allocated: {seen:?}");
         let _ = std::fs::remove_file(csv);
     }
 }
