@@ -124,17 +124,14 @@ impl System for Attributed {
 pub(crate) struct AttributedSystems(HashSet<(InternedScheduleLabel, SystemKey)>);
 
 /// The heap tag of a system: `systems/<short name>`, a `/` in the name made a `:`.
-fn tag_of(name: &DebugName) -> &'static str {
+fn tag_of(name: &DebugName) -> String {
     let short = name.shortname().to_string().replace('/', ":");
     let short = if short.is_empty() {
         "(unnamed)".to_owned()
     } else {
         short
     };
-    let tag = format!("{SYSTEMS_TAG}/{short}");
-    // Leaked once per process: a tag the ledger knows already (an app made again, a
-    // second schedule) reuses its spelling.
-    crate::ledger::registered_path(&tag).unwrap_or_else(|| Box::leak(tag.into_boxed_str()))
+    format!("{SYSTEMS_TAG}/{short}")
 }
 
 /// Wraps every system of every schedule of `world` that is not wrapped yet and can be
@@ -180,7 +177,7 @@ pub(crate) fn attribute_systems(world: &mut World) {
             let inner = std::mem::replace(slot, SystemWithAccess::new(placeholder));
             *slot = SystemWithAccess::new(Box::new(Attributed {
                 inner,
-                tag: node_heap_id(tag),
+                tag: node_heap_id(&tag),
             }));
             done.0.insert((label, key));
         }

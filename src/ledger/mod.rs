@@ -85,16 +85,15 @@ mod tracy_sink;
 
 pub(crate) use events::send;
 pub use events::{LedgerEvent, record_events, take_recorded_events};
-#[cfg(feature = "bevy")]
-pub(crate) use node::registered_path;
 pub(crate) use node::{
     TagNode, UsedSlot, check_tag, emit_pending_warnings, node, warnings_pending,
 };
 
-/// The heap id of `tag` (made on first use), for code that enters its scope often.
+/// The heap id of `tag` (made on first use, its spelling leaked only then), for code that
+/// enters its scope often.
 #[cfg_attr(not(feature = "bevy"), allow(dead_code))]
-pub(crate) fn node_heap_id(tag: &'static str) -> u16 {
-    node(tag).heap_id
+pub(crate) fn node_heap_id(tag: &str) -> u16 {
+    node::node_named(tag).heap_id
 }
 use heap::untagged_heap;
 pub use heap::{TagScope, heap_tracking, scope, set_heap_tracking};

@@ -105,19 +105,24 @@ pub(crate) fn node(path: &'static str) -> &'static TagNode {
     intern(&mut registry, path)
 }
 
-/// The registered tag spelled `path`, if there is one: its `'static` spelling, for a
-/// caller that would otherwise leak a copy of its own (once per app, for example).
+/// [`node`] for a spelling that is not `'static` (a name made at run time): the spelling
+/// is leaked only when the tag is new, so asking again (an app made again) leaks nothing.
+/// O(tags).
 #[cfg_attr(not(feature = "bevy"), allow(dead_code))]
-pub(crate) fn registered_path(path: &str) -> Option<&'static str> {
-    REGISTRY
-        .lock()
-        .iter()
-        .find(|n| n.path == path)
-        .map(|n| n.path)
+pub(crate) fn node_named(path: &str) -> &'static TagNode {
+    let mut registry = REGISTRY.lock();
+    match find(&registry, path) {
+        Some(n) => n,
+        None => intern(&mut registry, Box::leak(path.to_owned().into_boxed_str())),
+    }
+}
+
+fn find(registry: &[&'static TagNode], path: &str) -> Option<&'static TagNode> {
+    registry.iter().find(|n| n.path == path).copied()
 }
 
 fn intern(registry: &mut Vec<&'static TagNode>, path: &'static str) -> &'static TagNode {
-    if let Some(n) = registry.iter().find(|n| n.path == path) {
+    if let Some(n) = find(registry, path) {
         return n;
     }
     let parent = path.rfind('/').map(|i| intern(registry, &path[..i]));

@@ -72,7 +72,6 @@ pub(crate) fn is_on() -> bool {
     ON.load(Relaxed)
 }
 
-/// Sets `sink` (under the write lock) and everything derived from it.
 /// One of `guards` guards is gone: the sink stays on for the rest, or turns off.
 fn count_off(state: &mut State, guards: usize) {
     let rest = guards.saturating_sub(1);
@@ -84,6 +83,7 @@ fn count_off(state: &mut State, guards: usize) {
     set_sink(state, sink);
 }
 
+/// Sets `sink` (under the write lock) and everything derived from it.
 fn set_sink(state: &mut State, sink: Sink) {
     state.sink = sink;
     let on = matches!(sink, Sink::On { .. });

@@ -308,9 +308,9 @@ fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>) -> NonNull<Slot> {
 /// Frees a claimed arena: resets it and makes it claimable again.
 ///
 /// # Safety
-/// `slot` came from [`claim`] on this thread (or from [`claim_held`] on any) and is not freed yet, and
-/// is alive (its thread's stack, or the caller's `Arc`, holds it); nothing allocated from
-/// its arena since the claim is used any more.
+/// `slot` came from [`claim`] on this thread (or from [`claim_held`] on any) and is not
+/// freed yet, and is alive (its thread's stack, or the caller's `Arc`, holds it); nothing
+/// allocated from its arena since the claim is used any more.
 pub(crate) unsafe fn release(slot: NonNull<Slot>) {
     // SAFETY: per the contract: alive, held busy by the caller, nothing of it in use.
     unsafe { slot.as_ref().free() }
