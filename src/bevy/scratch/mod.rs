@@ -33,12 +33,8 @@ use std::sync::Arc;
 
 use allocator_api2::alloc::{AllocError, Allocator};
 
-use bevy_ecs::change_detection::Tick;
 use bevy_ecs::prelude::*;
-use bevy_ecs::system::{
-    ReadOnlySystemParam, SystemAccess, SystemMeta, SystemParam, SystemParamValidationError,
-};
-use bevy_ecs::world::unsafe_world_cell::UnsafeWorldCell;
+use bevy_ecs::system::SystemParamValidationError;
 use bevy_tasks::ComputeTaskPool;
 
 use crate::arena::{ArenaConfig, MemoryArena};
@@ -46,6 +42,8 @@ use crate::global::scratch_pool;
 use crate::per_thread::{
     ScratchBatch, ScratchOwner, Slot, batch_of, claim_held, release, slot_ptr,
 };
+
+mod param;
 
 /// The scratch arenas behind [`Scratch`], which any thread may claim; inserted by
 /// `MemoryPlugin`. It holds as many arenas as it had claims alive at once: an item's, and
@@ -224,9 +222,9 @@ pub trait ScratchTag: Send + Sync + 'static {
 }
 
 /// The scratch arenas behind [`TaggedScratch<T>`]: an owner of scratch arenas of its
-/// own, which any thread may claim, whose blocks are charged to `T::TAG`. The parameter inserts it the
-/// first time a system uses it, with the [`ScratchArenas`] config if there is one; an app
-/// may insert one of its own config first.
+/// own, which any thread may claim, whose blocks are charged to `T::TAG`. The parameter
+/// inserts it the first time a system uses it, with the [`ScratchArenas`] config if there
+/// is one; an app may insert one of its own config first.
 #[derive(Resource)]
 pub struct TaggedScratchArenas<T: ScratchTag> {
     owner: Arc<ScratchOwner>,
@@ -250,7 +248,8 @@ impl<T: ScratchTag> TaggedScratchArenas<T> {
 
 impl<T: ScratchTag> TaggedScratchArenas<T> {
     /// Ends the frame for these arenas (see [`ScratchArenas::end_frame`]): the arena of an
-    /// item that was `mem::forget`-ed is taken back, idle ones trimmed. `&mut self` proves no [`TaggedScratch<T>`] item of these arenas is alive.
+    /// item that was `mem::forget`-ed is taken back, idle ones trimmed. `&mut self` proves
+    /// no [`TaggedScratch<T>`] item of these arenas is alive.
     /// [`reset_frame_arenas_system`](super::reset_frame_arenas_system) calls it for every
     /// `T` a system of the world uses, whoever inserted the resource. O(arenas).
     ///
@@ -571,102 +570,3 @@ impl<T: ScratchTag> std::fmt::Debug for TaggedScratch<'_, T> {
             .finish()
     }
 }
-
-// SAFETY: access is exactly `Res<ScratchArenas>`'s (a read of that resource), delegated to
-// its implementation; `get_param` reads the resource and claims a slot through its
-// interior (state-flagged, lock-guarded) arena list, like a `Res<Mutex<_>>` would.
-unsafe impl SystemParam for Scratch<'_> {
-    type State = <Res<'static, ScratchArenas> as SystemParam>::State;
-    type Item<'w, 's> = Scratch<'w>;
-
-    fn init_state(world: &mut World) -> Self::State {
-        Res::<ScratchArenas>::init_state(world)
-    }
-
-    fn init_access(
-        state: &Self::State,
-        system_meta: &mut SystemMeta,
-        system_access: &mut SystemAccess,
-        world: &mut World,
-    ) {
-        Res::<ScratchArenas>::init_access(state, system_meta, system_access, world);
-    }
-
-    unsafe fn get_param<'w, 's>(
-        state: &'s mut Self::State,
-        system_meta: &SystemMeta,
-        world: UnsafeWorldCell<'w>,
-        change_tick: Tick,
-    ) -> Result<Self::Item<'w, 's>, SystemParamValidationError> {
-        // SAFETY: forwarded from our caller, with the access `Res` registered.
-        let arenas =
-            unsafe { Res::<ScratchArenas>::get_param(state, system_meta, world, change_tick) }
-                .map_err(|_| {
-                    SystemParamValidationError::invalid::<Self>(
-                        "no ScratchArenas resource: add nebula_memory::bevy::MemoryPlugin",
-                    )
-                })?
-                .into_inner();
-        Ok(Scratch {
-            claim: Claim::new::<Self>(&arenas.owner)?,
-            owner: &arenas.owner,
-        })
-    }
-}
-
-// SAFETY: `Scratch` only reads the world (see above).
-unsafe impl ReadOnlySystemParam for Scratch<'_> {}
-
-// SAFETY: as for `Scratch`, with `Res<TaggedScratchArenas<T>>`'s access. `init_state`
-// inserts the resource (it has `&mut World`) before registering that access.
-unsafe impl<T: ScratchTag> SystemParam for TaggedScratch<'_, T> {
-    type State = <Res<'static, TaggedScratchArenas<T>> as SystemParam>::State;
-    type Item<'w, 's> = TaggedScratch<'w, T>;
-
-    fn init_state(world: &mut World) -> Self::State {
-        if !world.contains_resource::<TaggedScratchArenas<T>>() {
-            let config = world
-                .get_resource::<ScratchArenas>()
-                .map_or_else(ArenaConfig::default, |a| a.owner.config());
-            world.insert_resource(TaggedScratchArenas::<T>::with_config(config));
-        }
-        // Whoever inserted the resource, the frame end reaches it.
-        world
-            .get_resource_or_init::<TaggedFrameEnds>()
-            .register::<T>();
-        Res::<TaggedScratchArenas<T>>::init_state(world)
-    }
-
-    fn init_access(
-        state: &Self::State,
-        system_meta: &mut SystemMeta,
-        system_access: &mut SystemAccess,
-        world: &mut World,
-    ) {
-        Res::<TaggedScratchArenas<T>>::init_access(state, system_meta, system_access, world);
-    }
-
-    unsafe fn get_param<'w, 's>(
-        state: &'s mut Self::State,
-        system_meta: &SystemMeta,
-        world: UnsafeWorldCell<'w>,
-        change_tick: Tick,
-    ) -> Result<Self::Item<'w, 's>, SystemParamValidationError> {
-        // SAFETY: forwarded from our caller, with the access `Res` registered.
-        let arenas = unsafe {
-            Res::<TaggedScratchArenas<T>>::get_param(state, system_meta, world, change_tick)
-        }
-        .map_err(|_| {
-            SystemParamValidationError::invalid::<Self>("its TaggedScratchArenas was removed")
-        })?
-        .into_inner();
-        Ok(TaggedScratch {
-            claim: Claim::new::<Self>(&arenas.owner)?,
-            owner: &arenas.owner,
-            _tag: PhantomData,
-        })
-    }
-}
-
-// SAFETY: `TaggedScratch` only reads the world once its state exists (see above).
-unsafe impl<T: ScratchTag> ReadOnlySystemParam for TaggedScratch<'_, T> {}
