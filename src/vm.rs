@@ -151,7 +151,9 @@ mod os {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        NonNull::new(p.cast()).ok_or_else(|| std::io::Error::other("mmap returned null"))
+        // Not `io::Error::other`: that allocates, and the heap tracker's owner map reserves
+        // its tables from inside an allocation.
+        NonNull::new(p.cast()).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory))
     }
 
     #[inline(always)]
@@ -251,7 +253,9 @@ mod os {
     }
 
     pub(super) fn reserve(len: usize) -> Result<NonNull<u8>, std::io::Error> {
-        let layout = Layout::from_size_align(len, ALIGN).map_err(std::io::Error::other)?;
+        // A kind, not `io::Error::other`, which allocates (see the unix back end).
+        let layout = Layout::from_size_align(len, ALIGN)
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
         // Zeroed, like the fresh pages an OS hands out, so the two back ends agree.
         // SAFETY: `len` is non-zero (checked by `Region::reserve`).
         let p = unsafe { System.alloc_zeroed(layout) };

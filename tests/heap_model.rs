@@ -1,8 +1,9 @@
 //! The tracking allocator's logic on instances of its own (not the global allocator: this
 //! binary's is the system's), over an inner allocator that counts what it holds: what each
 //! tag is charged, against a model and against the inner allocator's own total. Runs
-//! under Miri (with permissive provenance: the allocator finds a whole allocation from its
-//! address, `expose_provenance`).
+//! under Miri with Stacked Borrows and strict provenance, and with Tree Borrows: the
+//! allocator never touches memory behind the caller's pointer (its tags are in a table of
+//! its own, keyed by the address).
 
 mod common;
 
@@ -16,10 +17,14 @@ use proptest::prelude::*;
 use nebula_memory::TrackingAllocator;
 use nebula_memory::ledger::{self, TagScope};
 
-/// The bytes the allocator adds after each allocation (its tag's id).
-const TRAILER: usize = 2;
+/// The smallest size the allocator asks its inner allocator for.
+const MIN_INNER: usize = 16;
 
-/// `System`, counting the bytes it holds (trailers included).
+/// What `Counting` refuses.
+const REFUSED_ABOVE: usize = 1 << 30;
+
+/// `System`, counting the bytes it holds. It refuses (null) any request over 1 GiB, as an
+/// allocator out of memory would (and Miri cannot even try one).
 struct Counting {
     live: AtomicIsize,
 }
@@ -35,6 +40,9 @@ impl Counting {
 // SAFETY: passes everything to `System`, counting sizes on the side.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if layout.size() > REFUSED_ABOVE {
+            return std::ptr::null_mut();
+        }
         // SAFETY: forwarded.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
@@ -48,6 +56,9 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(p, layout) }
     }
     unsafe fn realloc(&self, p: *mut u8, layout: Layout, new: usize) -> *mut u8 {
+        if new > REFUSED_ABOVE {
+            return std::ptr::null_mut();
+        }
         // SAFETY: forwarded.
         let q = unsafe { System.realloc(p, layout, new) };
         if !q.is_null() {
@@ -80,8 +91,7 @@ fn live_of(tags: &[&str]) -> Vec<isize> {
         .collect()
 }
 
-/// Stamps `len` bytes at `p` and checks them back: the caller's bytes are its own, the
-/// trailer lies past them.
+/// Stamps `len` bytes at `p` and checks them back: the caller's bytes are its own.
 fn stamp_and_check(p: *mut u8, len: usize, v: u8) {
     // SAFETY: `p` is a live allocation of at least `len` bytes.
     unsafe {
@@ -173,8 +183,8 @@ fn alignments_up_to_4096_and_zero_sizes_work() {
         let align = 1usize << align_log;
         for size in [0usize, 1, 7, align, 3 * align + 1] {
             let layout = Layout::from_size_align(size, align).unwrap();
-            // SAFETY: this allocator accepts zero sizes (the trailer makes the inner
-            // request non-zero); the layout is valid.
+            // SAFETY: this allocator accepts zero sizes (it asks its inner allocator for
+            // at least 16 bytes); the layout is valid.
             let p = unsafe { heap.alloc(layout) };
             assert!(!p.is_null() && p.addr().is_multiple_of(align), "{layout:?}");
             stamp_and_check(p, size, 0x5A);
@@ -191,20 +201,32 @@ fn alignments_up_to_4096_and_zero_sizes_work() {
 }
 
 #[test]
-fn impossible_layouts_fail_without_wrapping() {
+fn refused_requests_charge_nothing_and_a_failed_realloc_keeps_its_tag() {
     let _one = one_at_a_time();
     let heap = TrackingAllocator::new(Counting::new());
+    let tag = "heap-unit/refused";
+    let _s = ledger::scope(tag);
+    let before = reading(tag);
     let huge = Layout::from_size_align(isize::MAX as usize - 1, 1).unwrap();
-    // SAFETY: a valid layout; the allocation fails (null) rather than wrap.
+    // SAFETY: a valid layout; the inner allocator refuses it (null).
     assert!(unsafe { heap.alloc(huge) }.is_null());
+    assert_eq!(reading(tag), before, "a refused allocation is not charged");
     let small = Layout::from_size_align(8, 8).unwrap();
     // SAFETY: a valid layout.
     let p = unsafe { heap.alloc(small) };
-    // SAFETY: `p` is live with `small`; the new size cannot hold the trailer.
+    stamp_and_check(p, 8, 0x3C);
+    // SAFETY: `p` is live with `small`; the new size fits `isize` (it cannot be had).
     assert!(unsafe { heap.realloc(p, small, isize::MAX as usize - 1) }.is_null());
-    // The old allocation is untouched and still frees.
+    // The old allocation is untouched, still charged to its tag, and still frees.
+    stamp_and_check(p, 8, 0x3C);
+    assert_eq!(reading(tag).0 - before.0, 8);
+    drop(_s);
+    let _elsewhere = ledger::scope("heap-unit/refused-elsewhere");
     // SAFETY: `p` is live with `small`.
     unsafe { heap.dealloc(p, small) };
+    let after = reading(tag);
+    assert_eq!(after.0, before.0, "credited to the tag it was made under");
+    assert_eq!((after.1 - before.1, after.2 - before.2), (1, 1));
     assert_eq!(heap.inner().live.load(Relaxed), 0);
 }
 
@@ -291,8 +313,8 @@ proptest! {
 
     /// Four threads run random programs of nested scopes, allocations, reallocations and
     /// frees (of their own allocations and of the others'). Afterwards every tag's live
-    /// bytes equal the model's, their sum equals what the inner allocator holds (minus the
-    /// trailers), and freeing the rest brings every tag back where it was.
+    /// bytes equal the model's, their sum equals what the inner allocator holds (sizes
+    /// under 16 made 16), and freeing the rest brings every tag back where it was.
     #[test]
     fn tags_follow_a_model_across_four_threads(
         programs in proptest::collection::vec(
@@ -361,11 +383,11 @@ proptest! {
         for t in 0..4 {
             prop_assert_eq!(now[t] - before[t], model[t], "tag {}", MODEL_TAGS[t]);
         }
-        let all: isize = live.iter().map(|a| a.layout.size() as isize).sum();
+        let all: isize = live.iter().map(|a| a.layout.size().max(MIN_INNER) as isize).sum();
         prop_assert_eq!(
             heap.inner().live.load(Relaxed),
-            all + (live.len() * TRAILER) as isize,
-            "the inner allocator holds the live bytes and one trailer each"
+            all,
+            "the inner allocator holds the live bytes, each at least 16"
         );
         for a in live {
             // SAFETY: live with its layout.

@@ -1,7 +1,9 @@
 //! The ledger following the global allocator: a `TrackingAllocator` is this binary's
 //! global allocator, so every heap allocation of the process is charged to the calling
 //! thread's scope (or the untagged line). Each test uses tags of its own; figures are
-//! compared as differences, since the harness allocates too.
+//! compared as differences, since the harness allocates too. Allocations the test only
+//! measures go through `black_box`: an optimised build may leave out a heap allocation
+//! nothing reads (CI runs this binary in release too).
 //!
 //! Not under Miri (megabytes per test through the global allocator are slow there): the
 //! allocator's logic is Miri-checked by `tests/heap_model.rs`; this binary runs natively
@@ -11,6 +13,7 @@
 mod common;
 
 use std::alloc::System;
+use std::hint::black_box;
 use std::sync::Mutex;
 
 use nebula_memory::ledger::{self, Budget};
@@ -35,7 +38,7 @@ fn heap_live(tag: &str) -> usize {
 fn a_scope_charges_its_tag_and_its_parents_and_a_free_anywhere_credits_it() {
     let v = {
         let _s = ledger::scope("ht/basic/leaf");
-        vec![7u8; 100_000]
+        black_box(vec![7u8; 100_000])
     };
     let snap = ledger::snapshot();
     let (leaf, parent) = (
@@ -63,9 +66,9 @@ fn scopes_nest_and_restore_the_outer_tag() {
     let _outer = ledger::scope("ht/nest/outer");
     let inner_bytes = {
         let _inner = ledger::scope("ht/nest/outer/inner");
-        vec![0u64; 10_000]
+        black_box(vec![0u64; 10_000])
     };
-    let outer_bytes = vec![0u64; 20_000]; // back in the outer scope
+    let outer_bytes = black_box(vec![0u64; 20_000]); // back in the outer scope
     let snap = ledger::snapshot();
     let inner = snap.tag("ht/nest/outer/inner").unwrap().heap_live;
     let outer = snap.tag("ht/nest/outer").unwrap().heap_live;
@@ -81,7 +84,7 @@ fn scopes_nest_and_restore_the_outer_tag() {
 fn a_thread_that_exits_with_live_allocations_leaves_them_charged_until_freed() {
     let kept = std::thread::spawn(|| {
         let _s = ledger::scope("ht/exit");
-        vec![1u32; 50_000]
+        black_box(vec![1u32; 50_000])
     })
     .join()
     .unwrap();
@@ -97,7 +100,7 @@ fn a_frame_counts_its_allocation_and_free_calls() {
     {
         let _s = ledger::scope("ht/calls");
         for i in 0..10 {
-            drop(vec![i as u8; 1000]);
+            drop(black_box(vec![i as u8; 1000]));
         }
     }
     let f = ledger::end_frame().tag("ht/calls").unwrap();
@@ -113,7 +116,7 @@ fn a_frame_counts_its_allocation_and_free_calls() {
 #[test]
 fn allocations_outside_every_scope_land_on_the_untagged_line() {
     let before = ledger::snapshot().untagged_heap().heap_live;
-    let v = vec![0u8; 1 << 20];
+    let v = black_box(vec![0u8; 1 << 20]);
     let snap = ledger::snapshot();
     assert!(snap.untagged_heap().heap_live >= before + (1 << 20) - (64 << 10));
     assert!(snap.heap_total() >= 1 << 20);
@@ -201,7 +204,7 @@ fn a_warn_budget_counts_heap_bytes() {
     ledger::set_budget("ht/warn", Budget::Warn(1 << 20));
     let _s = ledger::scope("ht/warn");
     let (big, warned) = warnings_about("ht/warn", true, || {
-        let big = vec![0u8; 2 << 20];
+        let big = black_box(vec![0u8; 2 << 20]);
         ledger::snapshot();
         big
     });
@@ -222,7 +225,7 @@ fn a_limit_never_refuses_the_heap_but_reports_it_and_leaves_the_arenas_less_room
     let _s = ledger::scope("ht/limit");
     // The heap is never refused: this goes past the limit.
     let (big, warned) = warnings_about("ht/limit", true, || {
-        let big = vec![1u8; LIMIT + (1 << 20)];
+        let big = black_box(vec![1u8; LIMIT + (1 << 20)]);
         ledger::snapshot();
         big
     });
@@ -253,7 +256,7 @@ fn a_limit_never_refuses_the_heap_but_reports_it_and_leaves_the_arenas_less_room
 #[test]
 fn csv_rows_carry_the_heap_columns_and_an_untagged_heap_row() {
     let _s = ledger::scope("ht/csv");
-    let v = vec![0u8; 4096];
+    let v = black_box(vec![0u8; 4096]);
     let mut out = Vec::new();
     ledger::LedgerSnapshot::write_csv_header(&mut out).unwrap();
     ledger::snapshot().write_csv_rows(&mut out, 3).unwrap();
@@ -287,7 +290,7 @@ mod bevy_systems {
 
     fn allocating_system(mut kept: ResMut<Kept>) {
         kept.0.push(vec![0u64; 1000]); // 8 KB a frame, kept
-        drop(vec![0u8; 100]); // and one freed at once
+        drop(std::hint::black_box(vec![0u8; 100])); // and one freed at once
     }
 
     fn quiet_system(mut n: Local<u32>) {

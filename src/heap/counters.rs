@@ -25,9 +25,6 @@ pub(crate) const SHARDS: usize = 64;
 /// The id of the untagged line.
 pub(crate) const UNTAGGED: u16 = 0;
 
-/// The trailer of an allocation made with tracking off: no tag, never counted.
-pub(crate) const UNTRACKED: u16 = u16::MAX;
-
 /// Bits of a packed counter that hold bytes; the bits above hold the number of calls.
 const BYTES_BITS: u32 = 40;
 const BYTES_MASK: u64 = (1 << BYTES_BITS) - 1;
@@ -64,7 +61,8 @@ static TABLE: [[Counter; TAGS]; SHARDS] = [ZERO_SHARD; SHARDS];
 /// Shards handed out so far (the next thread gets this one, if below `SHARDS`).
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(1);
 
-/// Tracking is on: allocations carry their tag and count. Off, they carry `UNTRACKED`.
+/// Tracking is on: allocations are charged and get an entry in the owner map. Off, they
+/// get none and are never counted.
 static ON: AtomicBool = AtomicBool::new(true);
 
 thread_local! {
@@ -86,6 +84,7 @@ pub(crate) fn set_on(on: bool) {
     ON.store(on, Relaxed);
 }
 
+#[inline(always)]
 pub(crate) fn is_on() -> bool {
     ON.load(Relaxed)
 }
@@ -139,25 +138,19 @@ fn call(bytes: usize) -> u64 {
     ONE_CALL | (bytes as u64 & BYTES_MASK)
 }
 
-/// A new allocation of `size` bytes: counted on the thread's current tag, whose id goes in
-/// the allocation's trailer; `UNTRACKED` (and nothing counted) with tracking off.
+/// A new allocation of `size` bytes: counted on the thread's current tag, whose id (below
+/// [`TAGS`]) goes in the allocation's owner map entry.
 #[inline(always)]
 pub(crate) fn charge(size: usize) -> u16 {
-    if !ON.load(Relaxed) {
-        return UNTRACKED;
-    }
     let (shard, tag) = shard_and_tag();
     add(&TABLE[shard][tag].up, shard, call(size));
     tag as u16
 }
 
-/// A free of `size` bytes of an allocation whose trailer names `id`: counted on that tag,
-/// in the freeing thread's shard.
+/// A free of `size` bytes of an allocation charged to `id`: counted on that tag, in the
+/// freeing thread's shard.
 #[inline(always)]
 pub(crate) fn credit(id: u16, size: usize) {
-    if id == UNTRACKED {
-        return;
-    }
     let (shard, _) = shard_and_tag();
     add(
         &TABLE[shard][usize::from(id) % TAGS].down,
@@ -170,9 +163,6 @@ pub(crate) fn credit(id: u16, size: usize) {
 /// allocation call of `new` bytes, and `old` bytes back (no free call).
 #[inline(always)]
 pub(crate) fn resize(id: u16, old: usize, new: usize) {
-    if id == UNTRACKED {
-        return;
-    }
     let (shard, _) = shard_and_tag();
     let c = &TABLE[shard][usize::from(id) % TAGS];
     add(&c.up, shard, call(new));

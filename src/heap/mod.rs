@@ -4,31 +4,35 @@
 //! **Who owns a byte.** The tag current on the allocating thread (a
 //! [`ledger::scope`](crate::ledger::scope) guard sets it; outside every scope it is the
 //! untagged line). A free must credit that same tag whichever thread frees it and whatever
-//! scope is current then, so every allocation carries its tag's id in a **trailer**: two
-//! bytes right after the caller's bytes (`ptr + size`, written unaligned), so the pointer,
-//! the alignment and the caller's bytes are exactly the inner allocator's. A `realloc`
-//! reads the trailer first and writes it at the new end: it stays with its tag. The cost
-//! is two bytes per allocation (an inner size class up now and then), and nothing else in
-//! memory: no header, no side table.
+//! scope is current then, so the tag of every live allocation is kept in the **owner map**
+//! ([`owners`]), a radix tree keyed by the allocation's address: the pointer, the size and
+//! the alignment the inner allocator sees are the caller's (a request under 16 bytes is
+//! made 16), and the caller's bytes are the only bytes behind its pointer the allocator
+//! ever has. A `realloc` moves the entry with the allocation.
+//!
+//! **The caller's pointer is a number here.** `dealloc` and `realloc` read its address
+//! and pass it back to the inner allocator, nothing else: no header before it, no trailer
+//! after it. rustc tells LLVM a global allocation is exactly the size asked for, so once
+//! these methods are inlined into the caller, touching a byte outside it through its
+//! pointer would be out of bounds (undefined behaviour the optimiser acts on).
 //!
 //! **What the charge path may do.** It runs inside `alloc`, so it never allocates, never
 //! takes a lock another allocation could hold, never runs user code, and never fails: the
 //! thread's tag and shard sit in a `const` thread-local without a destructor (readable
-//! until the thread's very end), and tag ids are given out when a scope is made, outside
-//! every allocation. The counters are sharded per thread ([`counters`]), so the charge is
-//! a plain load and store on memory no other thread writes.
+//! until the thread's very end), tag ids are given out when a scope is made, outside
+//! every allocation, and the map's tables are OS pages mapped on first use. The counters
+//! are sharded per thread ([`counters`]), so the charge is a plain load and store on
+//! memory no other thread writes.
 //!
 //! **Off.** [`ledger::set_heap_tracking(false)`](crate::ledger::set_heap_tracking) stops
-//! counting: allocations still carry a trailer (marked untracked), so a free is right
-//! whichever way the switch was when its allocation was made.
+//! counting: allocations made then have no entry, and a free is right whichever way the
+//! switch was when its allocation was made.
 
 pub(crate) mod counters;
+pub(crate) mod owners;
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::ptr;
-
-/// Bytes of the trailer after each allocation: the tag's id.
-const TRAILER: usize = size_of::<u16>();
+use std::sync::atomic::Ordering::Relaxed;
 
 /// A [`GlobalAlloc`] that charges every heap allocation to the calling thread's ledger tag
 /// (see [`ledger::scope`](crate::ledger::scope)) and passes it on to `A`. Install it as
@@ -53,8 +57,10 @@ const TRAILER: usize = size_of::<u16>();
 /// drop(path_nodes); // credited to the same tag, whatever scope is current now
 /// ```
 ///
-/// Any `GlobalAlloc` can be wrapped (`TrackingAllocator::new(mimalloc::MiMalloc)`). Each
-/// allocation costs the inner allocator two bytes more (the trailer naming its tag).
+/// Any `GlobalAlloc` can be wrapped (`TrackingAllocator::new(mimalloc::MiMalloc)`). The
+/// inner allocator sees the caller's layouts (a size under 16 bytes made 16); the tags
+/// live in a table of the tracker's own, at most 2 bytes per 16 bytes of heap address
+/// space in use ([`ledger::heap_tracking_overhead`](crate::ledger::heap_tracking_overhead)).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TrackingAllocator<A = System> {
     inner: A,
@@ -82,125 +88,115 @@ impl<A> TrackingAllocator<A> {
     }
 }
 
-/// The inner allocation for `layout`: the same alignment, the trailer added to the size.
-/// `None` if that is no valid layout (the allocation then fails, as for any impossible
-/// one).
+/// The inner allocation's size for `size`: at least one granule of the owner map, so that
+/// two live allocations never start in one granule.
 #[inline(always)]
-fn with_trailer(layout: Layout) -> Option<Layout> {
-    // A `Layout`'s size rounded up to its alignment fits `isize`; with the trailer it
-    // still must: `size + TRAILER <= isize::MAX + 1 - align`. One compare, no overflow
-    // (`align >= 1`, `size <= isize::MAX`).
-    let room = (isize::MAX as usize) - (layout.align() - 1);
-    if layout.size() > room.saturating_sub(TRAILER) {
-        return None;
+fn inner_size(size: usize) -> usize {
+    size.max(owners::GRANULE)
+}
+
+/// The inner allocation's layout for `layout`.
+#[inline(always)]
+fn inner_layout(layout: Layout) -> Layout {
+    // SAFETY: the alignment is `layout`'s. The size is `layout`'s, or 16 if smaller, which
+    // rounded up to the alignment is 16 (alignment < 16) or the alignment, which `layout`'s
+    // own size rounded up reaches too: it fits `isize` whenever `layout` does.
+    unsafe { Layout::from_size_align_unchecked(inner_size(layout.size()), layout.align()) }
+}
+
+/// A fresh allocation at `addr` of `size` bytes: charged to the thread's tag, which its
+/// map entry records. Not counted (no entry) with tracking off or where the map cannot
+/// hold it.
+#[inline(always)]
+fn track(addr: usize, size: usize) {
+    if !counters::is_on() {
+        return;
     }
-    // SAFETY: the alignment is `layout`'s (a power of two) and the size passes the check
-    // above.
-    Some(unsafe { Layout::from_size_align_unchecked(layout.size() + TRAILER, layout.align()) })
-}
-
-/// Writes the trailer of an allocation of `size` bytes at `p`.
-///
-/// # Safety
-/// `p` is an inner allocation of at least `size + TRAILER` bytes.
-#[inline(always)]
-unsafe fn write_trailer(p: *mut u8, size: usize, id: u16) {
-    // SAFETY: per the contract, `[p + size, p + size + 2)` lies in the allocation; the
-    // write is unaligned on purpose.
-    unsafe { ptr::write_unaligned(p.add(size).cast::<u16>(), id) }
-}
-
-/// Reads the trailer of a live allocation of `size` bytes at `p`.
-///
-/// The caller's pointer is used as it is, also for the trailer just past its bytes and to
-/// give the whole allocation back: that is the pointer the caller's contract concerns (a
-/// `Box` frees through its own). Under Stacked Borrows a pointer derived from a `Box`
-/// covers the `Box`'s bytes only, which forbids any allocator from keeping data next to an
-/// allocation; Tree Borrows, which Miri runs this allocator's tests under, allows it.
-///
-/// # Safety
-/// `p` is a live allocation this allocator made for a layout of `size` bytes.
-#[inline(always)]
-unsafe fn read_trailer(p: *mut u8, size: usize) -> u16 {
-    // SAFETY: this allocator wrote the trailer there (`alloc`, `alloc_zeroed`,
-    // `realloc`), and the caller's bytes end before it.
-    unsafe { ptr::read_unaligned(p.add(size).cast::<u16>()) }
-}
-
-/// Hands out a fresh inner allocation: counts it and writes its trailer.
-///
-/// # Safety
-/// `p` is null or a fresh inner allocation of `size + TRAILER` bytes.
-#[inline(always)]
-unsafe fn hand_out(p: *mut u8, size: usize) -> *mut u8 {
-    if !p.is_null() {
+    if let Some(entry) = owners::entry(addr) {
         let id = counters::charge(size);
-        // SAFETY: `p` holds `size + TRAILER` bytes.
-        unsafe { write_trailer(p, size, id) };
+        entry.store(id + 1, Relaxed);
     }
-    p
 }
 
-// SAFETY: every method passes on to `inner` a layout of the same alignment and `TRAILER`
-// more bytes (checked: an overflowing layout fails with null, as allowed), and hands the
-// caller the inner pointer itself, so alignment, validity and the zeroing of
-// `alloc_zeroed` are the inner allocator's; the trailer lies past the caller's bytes.
-// `dealloc` and `realloc` rebuild the very layout the allocation was made with. The
-// counting in between neither allocates nor unwinds nor locks.
+/// Takes the entry of the live allocation at `addr` out of the map: its tag's id + 1, or
+/// 0 if it was not tracked.
+#[inline(always)]
+fn take(addr: usize) -> u16 {
+    let Some(entry) = owners::find(addr) else {
+        return 0;
+    };
+    let owner = entry.load(Relaxed);
+    if owner != 0 {
+        entry.store(0, Relaxed);
+    }
+    owner
+}
+
+// SAFETY: every method passes on to `inner` the caller's pointer and the caller's layout
+// (sizes under 16 made 16, the same way each time, which keeps layouts valid: see
+// `inner_layout`), so alignment, validity and the zeroing of `alloc_zeroed` are the inner
+// allocator's. The caller's pointer is only read as an address; the bookkeeping touches the
+// owner map and the counters, never the caller's memory, and neither allocates nor
+// unwinds nor locks.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let Some(outer) = with_trailer(layout) else {
-            return ptr::null_mut();
-        };
-        // SAFETY: `outer` has a non-zero size (the trailer), as `GlobalAlloc` requires;
-        // the result is null or fresh with `outer`'s size.
-        unsafe { hand_out(self.inner.alloc(outer), layout.size()) }
+        // SAFETY: `inner_layout` is valid with a non-zero size (`GlobalAlloc`'s contract).
+        let p = unsafe { self.inner.alloc(inner_layout(layout)) };
+        if !p.is_null() {
+            track(p.addr(), layout.size());
+        }
+        p
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let Some(outer) = with_trailer(layout) else {
-            return ptr::null_mut();
-        };
         // SAFETY: as in `alloc`.
-        unsafe { hand_out(self.inner.alloc_zeroed(outer), layout.size()) }
+        let p = unsafe { self.inner.alloc_zeroed(inner_layout(layout)) };
+        if !p.is_null() {
+            track(p.addr(), layout.size());
+        }
+        p
     }
 
     #[inline]
     unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
-        // SAFETY: `p` is live with `layout` (the caller's contract), so its trailer is ours.
-        let id = unsafe { read_trailer(p, layout.size()) };
-        counters::credit(id, layout.size());
-        // SAFETY: `p` came from `inner` with this layout (see `alloc`), which was checked
-        // valid then: same alignment, `TRAILER` more bytes.
-        unsafe {
-            let outer = Layout::from_size_align_unchecked(layout.size() + TRAILER, layout.align());
-            self.inner.dealloc(p, outer)
+        // The entry is cleared before the memory goes back: once it has, another thread
+        // may be handed the same address and write its own entry.
+        let owner = take(p.addr());
+        if owner != 0 {
+            counters::credit(owner - 1, layout.size());
         }
+        // SAFETY: `p` came from `inner` with `inner_layout(layout)` (see `alloc`).
+        unsafe { self.inner.dealloc(p, inner_layout(layout)) }
     }
 
     #[inline]
     unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let Some(new_outer) = Layout::from_size_align(new_size, layout.align())
-            .ok()
-            .and_then(with_trailer)
-            .map(|l| l.size())
-        else {
-            return ptr::null_mut();
+        // Out of the map while the inner allocator has the memory (it may free `p` and
+        // hand the address to another thread before it returns).
+        let owner = take(p.addr());
+        // SAFETY: `p` came from `inner` with `inner_layout(layout)`; the new size is the
+        // caller's (non-zero, fits `isize` rounded up to the alignment: the contract) or
+        // 16, which fits too (see `inner_layout`).
+        let q = unsafe {
+            self.inner
+                .realloc(p, inner_layout(layout), inner_size(new_size))
         };
-        // SAFETY: `p` is live with `layout`. Read before the move (a shrink may cut it off).
-        let id = unsafe { read_trailer(p, layout.size()) };
-        // SAFETY: the layout `p` was allocated with (checked valid then, see `alloc`).
-        let outer =
-            unsafe { Layout::from_size_align_unchecked(layout.size() + TRAILER, layout.align()) };
-        // SAFETY: `p` came from `inner` with `outer`; `new_outer` is non-zero and, rounded
-        // to the alignment, fits `isize` (checked above).
-        let q = unsafe { self.inner.realloc(p, outer, new_outer) };
-        if !q.is_null() {
-            // SAFETY: `q` holds `new_size + TRAILER` bytes.
-            unsafe { write_trailer(q, new_size, id) };
-            counters::resize(id, layout.size(), new_size);
+        if owner != 0 {
+            let id = owner - 1;
+            let at = if q.is_null() { p } else { q };
+            match owners::entry(at.addr()) {
+                Some(entry) => {
+                    entry.store(owner, Relaxed);
+                    if !q.is_null() {
+                        counters::resize(id, layout.size(), new_size);
+                    }
+                }
+                // The map cannot hold the new address: counted as freed, untracked from
+                // now on. (`p` had an entry, so a failed realloc always finds it.)
+                None => counters::credit(id, layout.size()),
+            }
         }
         q
     }

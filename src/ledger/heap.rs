@@ -98,6 +98,21 @@ pub fn heap_tracking() -> bool {
     counters::is_on()
 }
 
+/// Bytes of address space heap tracking has mapped for its own bookkeeping: the tables
+/// that record which tag each live allocation was charged to (the heap itself is not in
+/// it; a static 128 KiB top table is not counted). An upper bound of the memory tracking
+/// takes: only the pages that cover heap in use become resident, at most 2 bytes per 16
+/// bytes of heap address space. 0 until a [`TrackingAllocator`](crate::TrackingAllocator)
+/// has allocated. O(1).
+///
+/// ```
+/// let overhead = nebula_memory::ledger::heap_tracking_overhead();
+/// println!("heap tracking's tables: {overhead} bytes mapped");
+/// ```
+pub fn heap_tracking_overhead() -> usize {
+    crate::heap::owners::mapped_bytes()
+}
+
 /// The untagged line's calls at the last frame end.
 static UNTAGGED_ALLOCS_BASE: AtomicU64 = AtomicU64::new(0);
 static UNTAGGED_FREES_BASE: AtomicU64 = AtomicU64::new(0);

@@ -96,7 +96,7 @@ pub(crate) fn node_heap_id(tag: &str) -> u16 {
     node::node_named(tag).heap_id
 }
 use heap::untagged_heap;
-pub use heap::{TagScope, heap_tracking, scope, set_heap_tracking};
+pub use heap::{TagScope, heap_tracking, heap_tracking_overhead, scope, set_heap_tracking};
 pub use snapshot::{LedgerSnapshot, TagFigures};
 #[cfg(feature = "tracy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tracy")))]
