@@ -257,10 +257,11 @@ unsafe impl Arena for FrameArena {
         if !self.cursor.is_top(ptr.as_ptr(), layout.size()) {
             return false;
         }
+        // The window's own pointer at the top's address (see `MemoryArena::pop`).
+        let top = self.cursor.ptr().with_addr(ptr.as_ptr().addr());
         // SAFETY: the caller gives the top allocation up; it lies in our window.
-        unsafe { poison::give_back(ptr.as_ptr(), layout.size()) };
-        self.cursor
-            .set_ptr(self.cursor.ptr().with_addr(ptr.as_ptr().addr()));
+        unsafe { poison::give_back(top, layout.size()) };
+        self.cursor.set_ptr(top);
         true
     }
 

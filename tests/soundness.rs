@@ -161,3 +161,82 @@ fn zero_block_sizes_work() {
     assert_eq!(v[999], 999);
     assert!(arena.block_count() >= 1);
 }
+
+/// A caller's pointer to a block that covers that block and nothing more (as one made
+/// from the block's own bytes would).
+fn exactly_the_block(block: NonNull<MemoryBlock>) -> NonNull<MemoryBlock> {
+    // SAFETY: the block is live; `total_size` bytes from its header are the block.
+    let total = unsafe { block.as_ref() }.total_size();
+    // SAFETY: those bytes are the block's, which the caller owns.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(block.as_ptr().cast::<u8>(), total) };
+    NonNull::from(bytes).cast()
+}
+
+/// `free_block` merges the block with its free neighbours, reading and writing their
+/// headers and footers: through the pool's own pointer to its region, never through the
+/// caller's, which covers the given block only (it once did; Miri: "tag does not exist in
+/// the borrow stack" reading the next block's header).
+#[test]
+fn free_block_merges_through_the_pools_pointer_not_the_callers() {
+    let pool = MemoryPool::new("narrow-free", 64 * KIB).unwrap();
+    let whole = pool.stats().largest_free;
+    let a = pool.allocate_block(64).unwrap();
+    let b = pool.allocate_block(64).unwrap();
+    let c = pool.allocate_block(64).unwrap();
+    // SAFETY: each block is from this pool, freed once and not used afterwards.
+    unsafe {
+        pool.free_block(exactly_the_block(a));
+        pool.free_block(exactly_the_block(b)); // a free block before it (its footer)
+        pool.free_block(exactly_the_block(c)); // and the free tail after it
+    }
+    assert_eq!(pool.stats().blocks_in_use, 0);
+    assert_eq!(
+        pool.stats().largest_free,
+        whole,
+        "merged back into one range"
+    );
+    // The blocks it hands out now cover their data.
+    let d = pool.allocate_block(1000).unwrap();
+    // SAFETY: `d` is live with at least 1000 usable bytes.
+    unsafe { MemoryBlock::data_of(d).as_ptr().write_bytes(7, 1000) };
+    // SAFETY: from this pool, not used afterwards.
+    unsafe { pool.free_block(d) };
+}
+
+/// The same through the quarantine, whose blocks are merged later by `maintain`.
+#[test]
+fn quarantined_blocks_are_held_by_the_pools_pointer() {
+    let pool = MemoryPool::new("narrow-quarantine", 64 * KIB).unwrap();
+    pool.set_quarantine(1);
+    let a = pool.allocate_block(64).unwrap();
+    // SAFETY: from this pool, freed once, not used afterwards.
+    unsafe { pool.free_block(exactly_the_block(a)) };
+    pool.maintain();
+    pool.maintain();
+    let b = pool.allocate_block(64).unwrap();
+    // SAFETY: `b` is live with at least 64 usable bytes.
+    unsafe { MemoryBlock::data_of(b).as_ptr().write_bytes(1, 64) };
+    // SAFETY: from this pool, not used afterwards.
+    unsafe { pool.free_block(b) };
+}
+
+/// `pop` may be given a pointer that only reads (made from a shared reference): the bytes
+/// it gives back are poisoned through the arena's own pointer (debug builds), never
+/// written through the caller's (it once did: "only grants SharedReadOnly" under Miri).
+#[test]
+fn pop_writes_nothing_through_the_callers_pointer() {
+    let pool = MemoryPool::new("narrow-pop", 64 * KIB).unwrap();
+    let arena = MemoryArena::new(&pool);
+    let v: &mut u64 = arena.alloc_val(5u64);
+    let p = NonNull::from(&*v).cast::<u8>();
+    // SAFETY: the top allocation, made with this layout, not used afterwards.
+    assert!(unsafe { arena.pop(p, Layout::new::<u64>()) });
+    assert_eq!(arena.bytes_used(), 0);
+
+    let frame = nebula_memory::FrameArena::new(256);
+    let w: &mut u64 = frame.alloc_val(5u64).unwrap();
+    let p = NonNull::from(&*w).cast::<u8>();
+    // SAFETY: as above.
+    assert!(unsafe { Arena::pop(&frame, p, Layout::new::<u64>()) });
+    assert_eq!(frame.bytes_used(), 0);
+}

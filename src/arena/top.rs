@@ -42,11 +42,13 @@ impl<'pool> MemoryArena<'pool> {
             return false;
         }
         self.note_peak();
-        // SAFETY: the caller gives the top allocation up; it lies in the current block.
-        unsafe { poison::give_back(ptr, layout.size()) };
         // The top lies in the window, so its address is a valid position there; rebuilt
-        // from the cursor's own pointer to keep the window's provenance.
-        self.cursor.set_ptr(self.cursor.ptr().with_addr(ptr.addr()));
+        // from the cursor's own pointer, which covers the window: the caller's may not even
+        // allow writes (one made from a shared reference).
+        let top = self.cursor.ptr().with_addr(ptr.addr());
+        // SAFETY: the caller gives the top allocation up; it lies in the current block.
+        unsafe { poison::give_back(top, layout.size()) };
+        self.cursor.set_ptr(top);
         true
     }
 

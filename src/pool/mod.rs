@@ -198,9 +198,9 @@ impl MemoryPool {
         self.name
     }
 
-    /// Hands out a block whose usable area ([`MemoryBlock::data`], 16-byte aligned) holds at
-    /// least `min_usable` bytes. A free range much larger than that is split and the rest
-    /// stays free. O(1): see the module docs for the search.
+    /// Hands out a block whose usable area (at [`MemoryBlock::data_of`], 16-byte aligned)
+    /// holds at least `min_usable` bytes. A free range much larger than that is split and
+    /// the rest stays free. O(1): see the module docs for the search.
     ///
     /// Debug builds fill the usable bytes with `0xCD`.
     ///

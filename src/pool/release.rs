@@ -29,6 +29,9 @@ impl MemoryPool {
     /// misaligned, a block already freed (double free), or a header whose magic or size was
     /// overwritten.
     pub unsafe fn free_block(&self, block: NonNull<MemoryBlock>) {
+        // From here on the pool's own pointer to the block: the caller's covers the block at
+        // most, and the merge below reads and writes its neighbours.
+        let block = self.own_block(block);
         let b = block.as_ptr();
         let size = self.check_freed(b);
         // SAFETY: the caller gave the block back to us; its data is dead.
@@ -56,16 +59,30 @@ impl MemoryPool {
         self.purge_if_due(&mut st, false);
     }
 
-    /// The checks `free_block` makes before touching anything: the pointer is a block of
-    /// this region and its header says it is in use with a plausible size, which it returns.
-    /// Panics naming the pool and the address otherwise.
-    fn check_freed(&self, b: *mut MemoryBlock) -> usize {
-        let base = self.region.base().as_ptr() as usize;
-        let addr = b as usize;
+    /// The block at the caller's address, as a pointer derived from the pool's region: the
+    /// first check `free_block` makes, before touching anything (the address is read as a
+    /// number only). Panics naming the pool and the address if it is not a block's place
+    /// in this region.
+    fn own_block(&self, block: NonNull<MemoryBlock>) -> NonNull<MemoryBlock> {
+        let region = self.region.base();
+        let (base, addr) = (region.as_ptr().addr(), block.as_ptr().addr());
         let capacity = self.region.len();
         if addr < base || addr > base + capacity - MIN_BLOCK || !addr.is_multiple_of(BLOCK_ALIGN) {
-            self.bad_free(b, "is not a block of this pool (foreign pointer)");
+            self.bad_free(
+                block.as_ptr(),
+                "is not a block of this pool (foreign pointer)",
+            );
         }
+        region.with_addr(block.addr()).cast()
+    }
+
+    /// The checks `free_block` makes on a block's header (`b` inside the region, see
+    /// `own_block`): it says the block is in use with a plausible size, which it returns.
+    /// Panics naming the pool and the address otherwise.
+    fn check_freed(&self, b: *mut MemoryBlock) -> usize {
+        let base = self.region.base().as_ptr().addr();
+        let addr = b.addr();
+        let capacity = self.region.len();
         const NO_HEADER: &str = "has no valid block header (a double free of a block already \
                                  merged, a foreign pointer or an overwritten header)";
         if poison::is_hidden(b.cast(), HEADER) {
