@@ -17,19 +17,16 @@
 # - Most binaries (and the unit tests): `-Zmiri-strict-provenance` with Stacked Borrows.
 # - Threads contending on one pool's lock (pool_threads, scratch, frame_thread,
 #   shared_arena, double_buffered, thread_arenas, thread_teardown, reentrancy,
-#   reentrant_tracing, ledger, ledger_totals): the
+#   reentrant_tracing, ledger, ledger_totals, heap_model, global_pools): the
 #   default (permissive) provenance. A contended `parking_lot` mutex parks its thread, and
 #   parking_lot_core 0.9.12's `WordLock` turns an integer back into a pointer
 #   (word_lock.rs:320, parking_lot#477), which strict provenance rejects. Miri still
 #   warns at the first such cast; the crate itself makes none (`with_addr` throughout).
-# - Tests that read or write block data through `MemoryBlock::data(&self)` (pool_model,
-#   global_pools; the latter also contends): Tree Borrows. The pointer is derived from a
-#   reference to the 32-byte header, so Stacked Borrows forbids using it past the header,
-#   as `data`'s documentation says (`MemoryBlock::data_of` is the pointer for that). And
-#   the tracking allocator's (heap_model): its `dealloc` reads the tag trailer just past a
-#   `Box`'s bytes, through the `Box`'s pointer, which Stacked Borrows forbids to every
-#   allocator that keeps data next to an allocation. (heap_tracking, the same allocator as
-#   the process's global one with megabytes per test, runs natively and under TSan.)
+# - Once more under Tree Borrows, the binaries that check pointers the crate derives
+#   (pool_model, global_pools, heap_model): Stacked Borrows (the runs above) and Tree
+#   Borrows judge a pointer's permissions differently, and the crate must satisfy both.
+#   (heap_tracking, the tracking allocator as the process's global one with megabytes per
+#   test, runs natively, in release and under TSan; heap_model checks its logic here.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PROPTEST_CASES="${PROPTEST_CASES:-4}"
@@ -37,7 +34,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/miri}"
 # Miri isolates the program from the host environment; forward the one variable it reads.
 common="-Zmiri-env-forward=PROPTEST_CASES ${MIRIFLAGS:-}"
 
-threaded="pool_threads scratch frame_thread shared_arena double_buffered thread_arenas thread_teardown reentrancy reentrant_tracing ledger ledger_totals"
+threaded="pool_threads scratch frame_thread shared_arena double_buffered thread_arenas thread_teardown reentrancy reentrant_tracing ledger ledger_totals heap_model global_pools"
 tree_borrows="pool_model global_pools heap_model"
 
 targets() {
@@ -47,7 +44,7 @@ targets() {
 rest=()
 for f in tests/*.rs; do
     t=$(basename "$f" .rs)
-    case " $threaded $tree_borrows " in
+    case " $threaded " in
     *" $t "*) ;;
     *) rest+=("$t") ;;
     esac

@@ -23,13 +23,13 @@ fn the_plugin_keeps_the_ledger_and_writes_its_csv() {
     let csv = std::env::temp_dir().join(format!("nebula_ledger_{}.csv", std::process::id()));
     let mut app = App::new();
     app.add_plugins(MemoryPlugin {
-        tag_budgets: vec![("bl/runaway", Budget::Limit(LIMIT))],
+        tag_budgets: vec![("blcsv/runaway", Budget::Limit(LIMIT))],
         ledger_csv: Some(csv.clone()),
         ..Default::default()
     })
     .insert_resource(Arenas {
-        runaway: SharedArena::with_config(game_pool(), ArenaConfig::default().tag("bl/runaway")),
-        sibling: SharedArena::with_config(game_pool(), ArenaConfig::default().tag("bl/sibling")),
+        runaway: SharedArena::with_config(game_pool(), ArenaConfig::default().tag("blcsv/runaway")),
+        sibling: SharedArena::with_config(game_pool(), ArenaConfig::default().tag("blcsv/sibling")),
         refused: None,
     })
     .add_systems(Update, |scratch: Scratch, mut arenas: ResMut<Arenas>| {
@@ -51,7 +51,7 @@ fn the_plugin_keeps_the_ledger_and_writes_its_csv() {
         matches!(
             arenas.refused,
             Some(AllocError::OverBudget {
-                tag: "bl/runaway",
+                tag: "blcsv/runaway",
                 budget: LIMIT,
                 ..
             })
@@ -61,13 +61,14 @@ fn the_plugin_keeps_the_ledger_and_writes_its_csv() {
     );
     let ledger = world.resource::<MemoryLedger>();
     assert_eq!(ledger.frame(), 20);
-    let bl = ledger.tag("bl").unwrap();
+    // A top-level tag of this test's own: other tests' lines may change while it runs.
+    let bl = ledger.tag("blcsv").unwrap();
     assert_eq!(
         bl.held,
         arenas.runaway.bytes_held() + arenas.sibling.bytes_held()
     );
-    assert!(ledger.tag("bl/runaway").unwrap().held <= LIMIT);
-    assert!(ledger.tag("bl/sibling").unwrap().held > LIMIT);
+    assert!(ledger.tag("blcsv/runaway").unwrap().held <= LIMIT);
+    assert!(ledger.tag("blcsv/sibling").unwrap().held > LIMIT);
     assert!(
         ledger.tag("scratch/systems").unwrap().held > 0,
         "{}",
@@ -77,7 +78,7 @@ fn the_plugin_keeps_the_ledger_and_writes_its_csv() {
     // A diagnostic per top-level tag, holding its held bytes.
     let store = world.resource::<DiagnosticsStore>();
     let diag = store
-        .get(&DiagnosticPath::new("nebula_memory/tag/bl/held"))
+        .get(&DiagnosticPath::new("nebula_memory/tag/blcsv/held"))
         .expect("no diagnostic for the top-level tag");
     assert_eq!(diag.value(), Some(bl.held as f64));
     assert!(
@@ -99,7 +100,7 @@ fn the_plugin_keeps_the_ledger_and_writes_its_csv() {
     assert_eq!(frames.len(), 20, "one group of rows per frame");
     let last_bl = text
         .lines()
-        .find(|l| l.starts_with("20,bl,"))
+        .find(|l| l.starts_with("20,blcsv,"))
         .expect("frame 20 has a row for the tag");
     assert_eq!(
         last_bl.split(',').nth(3),
@@ -182,7 +183,12 @@ fn contacts(scratch: nebula_memory::bevy::TaggedScratch<Contacts>, bodies: Query
         |batch, body| {
             let n = batch.scope(|s| {
                 let list = s.alloc_slice_fill_with(64, |i| body.0 + i as u32);
-                list.iter().filter(|&&x| x % 2 == 0).count()
+                // Opaque to the optimiser, which could otherwise count without the list
+                // and leave the allocation out (the test runs in release too).
+                std::hint::black_box(&mut *list)
+                    .iter()
+                    .filter(|&&x| x % 2 == 0)
+                    .count()
             });
             assert_eq!(n, 32);
         },
@@ -208,9 +214,10 @@ fn tagged_batches_in_par_iter_charge_the_systems_tag() {
     let tag = ledger
         .tag("bl/contacts")
         .expect("the system's tag has a line");
-    // The item's own arena, and at least one batch's (the item's arena is busy on its
-    // thread, so even a batch there claims another).
-    assert!(tag.blocks_taken >= 2 && tag.held > 0, "{tag:?}");
+    // The batches' blocks are the tag's. (How many arenas took one depends on how the
+    // batches spread over the threads: in release one thread may run them all, one after
+    // another, in one arena.)
+    assert!(tag.blocks_taken >= 1 && tag.held > 0, "{tag:?}");
     // `with_scratch`'s arenas are global: another test may take blocks meanwhile, but
     // this one's 10,000 lists of 256 bytes would need many.
     let after = with_scratch(&nebula_memory::ledger::snapshot());
