@@ -33,6 +33,8 @@ pub(crate) const MAGIC_FREE: u32 = 0x4E42_4652; // "NBFR"
 pub(crate) const MAGIC_HEAP: u32 = 0x4E42_4850; // "NBHP"
 /// Magic of a freed block held back by a pool's quarantine (use-after-free trap).
 pub(crate) const MAGIC_QUARANTINE: u32 = 0x4E42_5154; // "NBQT"
+/// Magic of the sentinel header that ends a segment of a segmented pool (never handed out).
+pub(crate) const MAGIC_END: u32 = 0x4E42_454E; // "NBEN"
 
 /// Set on a block whose physical predecessor is free (its footer is then valid).
 pub(crate) const PREV_FREE: u32 = 1;
@@ -216,6 +218,7 @@ impl std::fmt::Debug for MemoryBlock {
             MAGIC_FREE => "free",
             MAGIC_HEAP => "heap fallback",
             MAGIC_QUARANTINE => "quarantined",
+            MAGIC_END => "segment end",
             _ => "corrupt",
         };
         f.debug_struct("MemoryBlock")

@@ -16,6 +16,12 @@
 
 use std::ptr::NonNull;
 
+/// Whether reserving address space costs nothing but address space here: true where there
+/// is virtual memory (unix, Windows; Miri runs the unix and Windows targets), false on
+/// the web, where a reservation is an allocation of linear memory for good. Pools reserve
+/// their capacity where it is true and grow by segments where it is not.
+pub(crate) const RESERVES: bool = cfg!(any(unix, windows));
+
 /// A reserved, page-aligned span of address space, released on drop.
 #[derive(Debug)]
 pub(crate) struct Region {

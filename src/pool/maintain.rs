@@ -23,15 +23,16 @@ impl MemoryPool {
     /// release pressure. O(free ranges); under the lock, because a range must not be handed
     /// out while its pages are being dropped. Returns the number of ranges decommitted.
     fn decommit_dirty(&self, st: &mut State) -> usize {
-        let mut count = 0;
-        st.index.for_each(|b| {
+        // A segmented pool gives wholly free segments back first (whatever their pages).
+        let mut count = self.release_free_segments(st);
+        let state = &*st;
+        state.index.for_each(|b| {
             // SAFETY: a free block on our lists, under the lock. Its interior (between the
-            // header and the footer, which stay committed) is dead memory of the region.
+            // header and the footer, which stay committed) is dead memory of its span.
             unsafe {
                 if (*b).flags.load(Relaxed) & DIRTY != 0 {
                     let size = (*b).size;
-                    self.region
-                        .decommit(b.cast::<u8>().add(HEADER), size - HEADER - 8);
+                    self.decommit(state, b.cast::<u8>().add(HEADER), size - HEADER - 8);
                     (*b).flags.fetch_and(!DIRTY, Relaxed);
                     count += 1;
                 }
@@ -89,7 +90,7 @@ impl MemoryPool {
             unsafe {
                 let size = (*b).size;
                 let data = MemoryBlock::data_of(NonNull::new_unchecked(b)).as_ptr();
-                self.region.protect(data, size - HEADER, true);
+                self.protect(&st, data, size - HEADER, true);
                 (*b).magic = MAGIC_USED;
                 self.release_locked(&mut st, b);
             }

@@ -14,14 +14,14 @@
 //!   go back to the OS.
 //! - [`quarantine`]: a debug aid that keeps freed blocks inaccessible for a few frames.
 //! - [`stats`]: the counters.
-//!
-//! Physical memory: the region is reserved once ([`crate::vm`]) and pages are committed as
-//! blocks are handed out.
+//! - [`space`]: where the blocks live: one region reserved once ([`crate::vm`]), pages
+//!   committed as blocks are handed out; or, on the web, segments taken as needed.
 
 mod maintain;
 mod purge;
 mod quarantine;
 mod release;
+mod space;
 mod stats;
 mod tlsf;
 
@@ -43,11 +43,15 @@ pub use stats::PoolStats;
 use purge::Purge;
 use quarantine::Quarantine;
 use release::write_footer;
+pub(crate) use space::DEFAULT_SEGMENT;
+use space::Space;
 use tlsf::Tlsf;
 
 /// A region of address space handed out as 16-byte-aligned [`MemoryBlock`]s.
 ///
-/// The region is reserved once ([`MemoryPool::new`]) and committed only as blocks are used.
+/// The region is reserved once ([`MemoryPool::new`]) and committed only as blocks are used
+/// (on the web, where nothing can be reserved, the pool takes segments as it needs them:
+/// [`MemoryPool::segmented`]).
 /// Blocks are found in O(1) by a TLSF structure (see the module docs), split when too
 /// large, and coalesced with free neighbours as soon as they are freed. The pool is
 /// `Send + Sync`: one mutex guards the free structure and is never held while block
@@ -72,7 +76,7 @@ use tlsf::Tlsf;
 /// ```
 pub struct MemoryPool {
     name: &'static str,
-    region: Region,
+    space: Space,
     state: Mutex<Box<State>>,
     /// Bytes of this pool's blocks that tagged arenas hold now (charged to a ledger tag):
     /// what the ledger subtracts from `in_use` for the untagged rest.
@@ -92,6 +96,23 @@ struct State {
     counters: Counters,
     purge: Purge,
     quarantine: Quarantine,
+    /// A segmented pool's segments, sorted by address (empty for a reserved region).
+    segments: Vec<Region>,
+    /// Bytes the segments span.
+    spanned: usize,
+}
+
+impl State {
+    fn new(capacity: usize) -> Box<State> {
+        Box::new(State {
+            index: Tlsf::new(),
+            counters: Counters::default(),
+            purge: Purge::new(capacity),
+            quarantine: Quarantine::new(),
+            segments: Vec::new(),
+            spanned: 0,
+        })
+    }
 }
 
 /// Whether an `Exhausted` refusal counts in [`PoolStats::exhaustions`].
@@ -130,6 +151,9 @@ impl MemoryPool {
     /// assert!(matches!(MemoryPool::new("none", 0), Err(PoolError::InvalidCapacity { .. })));
     /// ```
     pub fn new(name: &'static str, capacity: usize) -> Result<MemoryPool, PoolError> {
+        if !crate::vm::RESERVES {
+            return MemoryPool::segmented(name, capacity, DEFAULT_SEGMENT);
+        }
         if capacity == 0 {
             return Err(PoolError::InvalidCapacity {
                 pool: name,
@@ -155,12 +179,7 @@ impl MemoryPool {
                 return Err(reserve_failed(None));
             }
         }
-        let mut state = Box::new(State {
-            index: Tlsf::new(),
-            counters: Counters::default(),
-            purge: Purge::new(len),
-            quarantine: Quarantine::new(),
-        });
+        let mut state = State::new(len);
         let first = base.cast::<MemoryBlock>();
         // SAFETY: the region is page-aligned, at least a page long and committed where we
         // write; `first` becomes the one free block spanning it.
@@ -182,8 +201,55 @@ impl MemoryPool {
         }
         Ok(MemoryPool {
             name,
-            region,
+            space: Space::Reserved(region),
             state: Mutex::new(state),
+            charged: AtomicUsize::new(0),
+        })
+    }
+
+    /// A pool that takes memory in segments as it needs it, up to `capacity` bytes in all,
+    /// instead of reserving its capacity up front: what `MemoryPool::new` makes on the web
+    /// (wasm32 has no address space to reserve; its memory only grows), usable anywhere. A
+    /// segment is at least `segment` bytes (rounded up to whole pages), at least an eighth
+    /// of what the pool holds already, and at least what the block asked for needs; a
+    /// segment that is wholly free again goes back to the system allocator at a purge pass
+    /// ([`set_retain_limit`](MemoryPool::set_retain_limit),
+    /// [`maintain`](MemoryPool::maintain)). A block never spans two segments, and each
+    /// segment keeps a 32-byte header at its end. O(1); nothing is taken until the first
+    /// block.
+    ///
+    /// # Errors
+    /// [`PoolError::InvalidCapacity`] for a capacity or segment of 0, or a capacity that
+    /// cannot hold one block.
+    ///
+    /// ```
+    /// use nebula_memory::MemoryPool;
+    ///
+    /// let pool = MemoryPool::segmented("web", 64 << 20, 1 << 20).unwrap();
+    /// assert_eq!(pool.stats().reserved, 0, "nothing taken yet");
+    /// let block = pool.allocate_block(4096).unwrap();
+    /// assert_eq!(pool.stats().reserved, 1 << 20, "one segment");
+    /// // SAFETY: from this pool, not used afterwards.
+    /// unsafe { pool.free_block(block) };
+    /// ```
+    pub fn segmented(
+        name: &'static str,
+        capacity: usize,
+        segment: usize,
+    ) -> Result<MemoryPool, PoolError> {
+        if capacity < MIN_BLOCK + HEADER || segment == 0 {
+            return Err(PoolError::InvalidCapacity {
+                pool: name,
+                capacity,
+            });
+        }
+        let step = segment
+            .checked_next_multiple_of(crate::vm::page_size())
+            .unwrap_or(segment);
+        Ok(MemoryPool {
+            name,
+            space: Space::Segmented { capacity, step },
+            state: Mutex::new(State::new(capacity)),
             charged: AtomicUsize::new(0),
         })
     }
@@ -261,7 +327,10 @@ impl MemoryPool {
     ) -> Result<NonNull<MemoryBlock>, PoolError> {
         let size = self.block_size(min_usable)?;
         let mut st = self.state.lock();
-        let found = st.index.find(size);
+        let mut found = st.index.find(size);
+        if found.is_null() && self.grow(&mut st, size) {
+            found = st.index.find(size);
+        }
         if found.is_null() {
             return Err(self.refuse(st, min_usable, refusal));
         }
@@ -293,7 +362,7 @@ impl MemoryPool {
         if min_usable == 0 {
             return Err(PoolError::ZeroSize { pool });
         }
-        let max_usable = self.region.len() - HEADER;
+        let max_usable = self.space.max_usable();
         match min_usable.checked_next_multiple_of(BLOCK_ALIGN) {
             Some(n) if n <= max_usable => Ok((n + HEADER).max(MIN_BLOCK)),
             _ => Err(PoolError::TooLarge {
@@ -319,8 +388,8 @@ impl MemoryPool {
         PoolError::Exhausted {
             pool: self.name,
             requested,
-            free: self.region.len() - st.counters.in_use,
-            largest_free: st.index.largest().saturating_sub(HEADER),
+            free: self.space.capacity() - st.counters.in_use,
+            largest_free: self.largest_free(&st),
         }
     }
 
@@ -350,7 +419,7 @@ impl MemoryPool {
             };
             // Commit the block and, when split, the header of the remainder after it.
             let commit_len = if rest > 0 { size + HEADER } else { size };
-            if !self.region.commit(block.cast(), commit_len) {
+            if !self.commit(st, block.cast(), commit_len) {
                 st.index.insert(block);
                 return None;
             }
@@ -378,21 +447,31 @@ impl MemoryPool {
         }
     }
 
-    /// The block right after `block` in the region, if `block` is not the last.
+    /// The block right after `block` in its span (a segment's sentinel, in a segmented
+    /// pool), if `block` is not the last of a reserved region.
     ///
     /// # Safety
-    /// `block`'s header is valid (its size is right).
+    /// `block` is derived from one of the pool's spans and its header is valid (its size is
+    /// right).
     unsafe fn physical_next(&self, block: *mut MemoryBlock) -> Option<*mut MemoryBlock> {
-        let region_end = self.region.base().as_ptr() as usize + self.region.len();
-        // SAFETY: per the contract; a block ends at or before the region's end.
+        // SAFETY: per the contract; a block ends at or before its span's end.
         let after = unsafe { block.cast::<u8>().add((*block).size) };
-        ((after as usize) < region_end).then_some(after.cast())
+        self.space.header_at(after.addr()).then_some(after.cast())
     }
 
-    /// The most usable bytes one block of this pool can ever have (the whole region but a
-    /// header). O(1).
+    /// The largest `min_usable` `allocate_block` could grant now (lock held): the largest
+    /// free block, or a new segment's.
+    fn largest_free(&self, st: &State) -> usize {
+        st.index
+            .largest()
+            .max(self.segment_room(st))
+            .saturating_sub(HEADER)
+    }
+
+    /// The most usable bytes one block of this pool can ever have (the whole capacity but
+    /// a header, and a segment's sentinel). O(1).
     pub(crate) fn max_usable(&self) -> usize {
-        self.region.len() - HEADER
+        self.space.max_usable()
     }
 
     /// Bytes of this pool's blocks held by tagged arenas now (see `charged`).
@@ -419,8 +498,7 @@ impl MemoryPool {
     /// # unsafe { pool.free_block(block) };
     /// ```
     pub fn contains(&self, ptr: *const u8) -> bool {
-        let base = self.region.base().as_ptr() as usize;
-        (base..base + self.region.len()).contains(&(ptr as usize))
+        self.span_of(ptr.addr()).is_some()
     }
 }
 
@@ -452,9 +530,13 @@ pub(crate) fn report_exhausted(e: &PoolError) {
 
 impl std::fmt::Debug for MemoryPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let space = match &self.space {
+            Space::Reserved(_) => "reserved",
+            Space::Segmented { .. } => "segmented",
+        };
         f.debug_struct("MemoryPool")
             .field("name", &self.name)
-            .field("base", &self.region.base())
+            .field("space", &space)
             .field("stats", &self.stats())
             .finish()
     }
@@ -470,9 +552,16 @@ impl Drop for MemoryPool {
                 "memory pool dropped with blocks still in use"
             );
         }
-        // Under ASan the region's shadow must be clean before the memory is unmapped and
+        // Under ASan the regions' shadow must be clean before the memory is unmapped and
         // possibly reused by the system allocator.
-        // SAFETY: the whole region is ours and about to be released.
-        unsafe { poison::expose(self.region.base().as_ptr(), self.region.len()) };
+        let segments = &self.state.get_mut().segments;
+        let reserved = match &self.space {
+            Space::Reserved(region) => Some(region),
+            Space::Segmented { .. } => None,
+        };
+        for region in reserved.into_iter().chain(segments) {
+            // SAFETY: the whole region is ours and about to be released.
+            unsafe { poison::expose(region.base().as_ptr(), region.len()) };
+        }
     }
 }

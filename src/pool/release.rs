@@ -31,9 +31,9 @@ impl MemoryPool {
     pub unsafe fn free_block(&self, block: NonNull<MemoryBlock>) {
         // From here on the pool's own pointer to the block: the caller's covers the block at
         // most, and the merge below reads and writes its neighbours.
-        let block = self.own_block(block);
+        let (block, end) = self.own_block(block);
         let b = block.as_ptr();
-        let size = self.check_freed(b);
+        let size = self.check_freed(b, end);
         // SAFETY: the caller gave the block back to us; its data is dead.
         unsafe { poison::give_back(MemoryBlock::data_of(block).as_ptr(), size - HEADER) };
 
@@ -50,7 +50,7 @@ impl MemoryPool {
             if st.quarantine.active() {
                 (*b).magic = MAGIC_QUARANTINE;
                 let data = MemoryBlock::data_of(block).as_ptr();
-                self.region.protect(data, size - HEADER, false);
+                self.protect(&st, data, size - HEADER, false);
                 st.quarantine.hold(b, size);
                 return;
             }
@@ -59,30 +59,32 @@ impl MemoryPool {
         self.purge_if_due(&mut st, false);
     }
 
-    /// The block at the caller's address, as a pointer derived from the pool's region: the
-    /// first check `free_block` makes, before touching anything (the address is read as a
-    /// number only). Panics naming the pool and the address if it is not a block's place
-    /// in this region.
-    fn own_block(&self, block: NonNull<MemoryBlock>) -> NonNull<MemoryBlock> {
-        let region = self.region.base();
-        let (base, addr) = (region.as_ptr().addr(), block.as_ptr().addr());
-        let capacity = self.region.len();
-        if addr < base || addr > base + capacity - MIN_BLOCK || !addr.is_multiple_of(BLOCK_ALIGN) {
+    /// The block at the caller's address, as a pointer derived from the pool's own span
+    /// that holds it, and that span's end: the first check `free_block` makes, before
+    /// touching anything (the address is read as a number only). Panics naming the pool
+    /// and the address if it is not a block's place in this pool.
+    fn own_block(&self, block: NonNull<MemoryBlock>) -> (NonNull<MemoryBlock>, usize) {
+        let addr = block.as_ptr().addr();
+        let span = self
+            .span_of(addr)
+            .filter(|span| addr.saturating_add(MIN_BLOCK) <= span.end)
+            .filter(|_| addr.is_multiple_of(BLOCK_ALIGN));
+        let Some(span) = span else {
             self.bad_free(
                 block.as_ptr(),
                 "is not a block of this pool (foreign pointer)",
             );
-        }
-        region.with_addr(block.addr()).cast()
+        };
+        // SAFETY: `span.at` keeps the span's base pointer, which is not null.
+        let own = unsafe { NonNull::new_unchecked(span.at(addr)) };
+        (own.cast(), span.end)
     }
 
-    /// The checks `free_block` makes on a block's header (`b` inside the region, see
-    /// `own_block`): it says the block is in use with a plausible size, which it returns.
-    /// Panics naming the pool and the address otherwise.
-    fn check_freed(&self, b: *mut MemoryBlock) -> usize {
-        let base = self.region.base().as_ptr().addr();
+    /// The checks `free_block` makes on a block's header (`b` inside a span ending at `end`,
+    /// see `own_block`): it says the block is in use with a plausible size, which it
+    /// returns. Panics naming the pool and the address otherwise.
+    fn check_freed(&self, b: *mut MemoryBlock, end: usize) -> usize {
         let addr = b.addr();
-        let capacity = self.region.len();
         const NO_HEADER: &str = "has no valid block header (a double free of a block already \
                                  merged, a foreign pointer or an overwritten header)";
         if poison::is_hidden(b.cast(), HEADER) {
@@ -99,7 +101,7 @@ impl MemoryPool {
             MAGIC_FREE | MAGIC_QUARANTINE => self.bad_free(b, "was already freed (double free)"),
             _ => self.bad_free(b, NO_HEADER),
         }
-        if size < MIN_BLOCK || size % BLOCK_ALIGN != 0 || size > base + capacity - addr {
+        if size < MIN_BLOCK || size % BLOCK_ALIGN != 0 || size > end - addr {
             self.bad_free(b, "has a corrupted size in its header");
         }
         size

@@ -1,7 +1,6 @@
 //! `PoolStats`: a pool's counters, as `MemoryPool::stats` reads them.
 
 use super::MemoryPool;
-use crate::block::HEADER;
 
 /// A snapshot of a pool's counters, from [`MemoryPool::stats`].
 ///
@@ -21,8 +20,12 @@ use crate::block::HEADER;
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolStats {
-    /// Bytes the region spans.
+    /// Bytes the pool may span: its region, or the most its segments may span together.
     pub capacity: usize,
+    /// Bytes the pool holds from the system now: its whole capacity where it reserves its
+    /// region (address space: pages become resident as blocks use them), the segments it
+    /// spans where it grows by segments ([`MemoryPool::segmented`], the web).
+    pub reserved: usize,
     /// Bytes of blocks handed out, headers included.
     pub in_use: usize,
     /// `capacity - in_use`.
@@ -78,13 +81,14 @@ impl MemoryPool {
     /// ```
     pub fn stats(&self) -> PoolStats {
         let st = self.state.lock();
-        let capacity = self.region.len();
+        let capacity = self.space.capacity();
         let c = &st.counters;
         PoolStats {
             capacity,
+            reserved: self.spanned(&st),
             in_use: c.in_use,
             free: capacity - c.in_use,
-            largest_free: st.index.largest().saturating_sub(HEADER),
+            largest_free: self.largest_free(&st),
             blocks_in_use: c.blocks_in_use,
             high_watermark: c.high_watermark,
             exhaustions: c.exhaustions,
