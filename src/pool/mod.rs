@@ -18,6 +18,7 @@
 //! Physical memory: the region is reserved once ([`crate::vm`]) and pages are committed as
 //! blocks are handed out.
 
+mod footer;
 mod maintain;
 mod purge;
 mod quarantine;
@@ -40,9 +41,9 @@ use crate::vm::Region;
 
 pub use stats::PoolStats;
 
+use footer::write_footer;
 use purge::Purge;
 use quarantine::Quarantine;
-use release::write_footer;
 use tlsf::Tlsf;
 
 /// A region of address space handed out as 16-byte-aligned [`MemoryBlock`]s.
