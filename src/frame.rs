@@ -17,9 +17,9 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::arena::chain::{Chain, Reports};
 use crate::arena::cursor::Cursor;
+use crate::arena_trait::Arena;
 use crate::error::{AllocError, PoolError};
 use crate::global::scratch_pool;
-use crate::interface::Arena;
 use crate::poison;
 use crate::pool::MemoryPool;
 

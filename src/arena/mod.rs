@@ -45,8 +45,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use parking_lot::Mutex;
 
+use crate::arena_trait::Arena;
 use crate::error::AllocError;
-use crate::interface::{Arena, alloc_failed};
+use crate::error::alloc_failed;
 use crate::poison;
 use crate::pool::MemoryPool;
 

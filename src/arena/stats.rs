@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::MemoryArena;
 use crate::error::AllocError;
-use crate::interface::alloc_failed;
+use crate::error::alloc_failed;
 
 /// A snapshot of an arena's counters, from [`MemoryArena::stats`](crate::MemoryArena::stats).
 ///

@@ -50,8 +50,8 @@ use parking_lot::Mutex;
 use thread_local::ThreadLocal;
 
 use crate::arena::{ArenaConfig, MemoryArena};
+use crate::arena_trait::Arena;
 use crate::error::AllocError;
-use crate::interface::Arena;
 use crate::pool::MemoryPool;
 
 pub use double::{DoubleBufferedArena, FrameHandle};
