@@ -81,7 +81,7 @@ mod arena_trait;
 pub mod bevy;
 mod block;
 mod error;
-mod frame;
+mod frame_arena;
 mod global;
 mod heap;
 pub mod ledger;
@@ -97,7 +97,7 @@ pub use arena::{
 };
 
 pub use arena_trait::{Arena, ArenaBox};
-pub use frame::{FrameArena, FrameArenaStats};
+pub use frame_arena::{FrameArena, FrameArenaStats};
 pub use per_thread::{
     DEFAULT_THREAD_ARENA_CAPACITY, ThreadArenasStats, all_thread_arenas_stats,
     end_thread_arena_frame, set_thread_arena_capacity, thread_arena_alloc, thread_arena_frame,

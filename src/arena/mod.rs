@@ -11,11 +11,11 @@
 //!
 //! The cursor bumps **upwards**, so the newest allocation (the *top*) ends at the bump
 //! pointer: it can be popped ([`MemoryArena::pop`]) or grown and shrunk in place
-//! ([`MemoryArena::realloc`]), which is what makes a growing vector cheap ([`top`]).
+//! ([`MemoryArena::realloc`]), which is what makes a growing vector cheap ([`pop_realloc`]).
 //!
 //! [`reset`](MemoryArena::reset) asks the [`policy`] which block to keep, once per reset
-//! ([`reset`]); [`position`] holds checkpoints and scopes, [`stats`] the figures, [`hot`]
-//! the [`HotCursor`] (the bump position held in the caller's registers for a hot loop).
+//! ([`reset`]); [`checkpoints_and_scopes`] holds checkpoints and scopes, [`stats`] the
+//! figures, [`hot_cursor`] the [`HotCursor`] (the bump position held in the caller's registers for a hot loop).
 //! This file holds the struct and the allocation path: `try_alloc` / `alloc` (the bump)
 //! and `alloc_slow` (a new block).
 //!
@@ -27,14 +27,14 @@
 pub(crate) mod chain;
 mod config;
 pub(crate) mod cursor;
-mod hot;
+mod hot_cursor;
 mod policy;
 
 pub(crate) use policy::need as block_need;
-mod position;
+mod checkpoints_and_scopes;
+mod pop_realloc;
 mod reset;
 mod stats;
-mod top;
 
 use std::alloc::Layout;
 use std::cell::Cell;
@@ -57,9 +57,9 @@ use cursor::Cursor;
 use policy::Quiet;
 
 pub use chain::heap_fallbacks;
+pub use checkpoints_and_scopes::{ArenaScope, Checkpoint};
 pub use config::ArenaConfig;
-pub use hot::HotCursor;
-pub use position::{ArenaScope, Checkpoint};
+pub use hot_cursor::HotCursor;
 pub use stats::ArenaStats;
 #[cfg(feature = "bevy")]
 pub(crate) use stats::Bytes;

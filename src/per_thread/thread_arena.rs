@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 use parking_lot::Mutex;
 
 use crate::arena::{ArenaConfig, MemoryArena, Reports};
-use crate::frame::FrameArenaStats;
+use crate::frame_arena::FrameArenaStats;
 use crate::global::scratch_pool;
 
 /// The most each thread's frame arena may hold unless changed by

@@ -36,8 +36,8 @@
 //! [`engine_arena`] and [`game_arena`] are the process-wide shared arenas for engine- and
 //! level-lifetime data.
 
-mod double;
-mod level;
+mod double_buffered;
+mod global_arenas;
 mod stats;
 
 use std::alloc::Layout;
@@ -54,8 +54,8 @@ use crate::arena_trait::Arena;
 use crate::error::AllocError;
 use crate::pool::MemoryPool;
 
-pub use double::{DoubleBufferedArena, FrameHandle};
-pub use level::{GameArena, GameArenaGuard, engine_arena, game_arena};
+pub use double_buffered::{DoubleBufferedArena, FrameHandle};
+pub use global_arenas::{GameArena, GameArenaGuard, engine_arena, game_arena};
 
 /// One thread's part of a shared arena, on cache lines of its own (slots of one
 /// `ThreadLocal` bucket are adjacent in memory, and each thread writes its cursor on
