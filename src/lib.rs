@@ -80,6 +80,7 @@ mod arena_trait;
 #[cfg_attr(docsrs, doc(cfg(feature = "bevy")))]
 pub mod bevy;
 mod block;
+mod deprecated;
 mod error;
 mod frame_arena;
 mod global;

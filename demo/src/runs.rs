@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use bevy_app::App;
-use nebula_memory::bevy::{FrameMemoryStats, MemoryLedger};
+use nebula_memory::bevy::{MemoryLedger, MemoryStats};
 use nebula_memory::ledger::tags::{FRAME_MEMORY, WITH_SCRATCH};
 
 use crate::alloc::{ALLOCATOR_VAR, Backend, counters, rss_bytes};
@@ -159,7 +159,7 @@ fn frame(app: &mut App, mode: Mode, live_base: i64) -> FrameRecord {
     let after = counters();
     let world = app.world();
     let checksum = world.resource::<Checksum>().0.swap(0, Relaxed);
-    let stats = world.resource::<FrameMemoryStats>();
+    let stats = world.resource::<MemoryStats>();
     let ledger = world.resource::<MemoryLedger>();
     let tag_held = |tag: &str| {
         if mode == Mode::Arena {
@@ -234,7 +234,7 @@ pub fn child(run: Run, entities: usize) {
                 }
             }
             ["stats"] => {
-                let s = app.world().resource::<FrameMemoryStats>();
+                let s = app.world().resource::<MemoryStats>();
                 let pool = s.pools[2];
                 writeln!(
                     out,

@@ -3,7 +3,7 @@
 //! An arena is two things ([`cursor`] and [`chain`]):
 //! - a **cursor**, the bump position in the current block. Allocation is
 //!   [`Cursor::bump`](cursor::Cursor::bump): align, compare, add. Everything else (new
-//!   blocks, statistics, tags, tracing) is on the cold path, and the high watermark is
+//!   blocks, statistics, labels, tracing) is on the cold path, and the high watermark is
 //!   brought up to date only where `bytes_used` is about to fall (pop, shrink, rewind,
 //!   reset), never on the hot path;
 //! - a **chain**, the blocks it holds and the only code that takes blocks from the pool or
@@ -122,15 +122,16 @@ pub struct MemoryArena<'pool> {
     /// Resets so far; checkpoints carry it. Written only through `&mut self`.
     generation: u64,
     /// Frame peaks `p` with `p - steady_lo <= steady_span` (wrapping) need no decision at
-    /// reset: the arena holds one pool block, no tags and no quiet streak, and the reset
+    /// reset: the arena holds one pool block, no labels and no quiet streak, and the reset
     /// policy keeps the block as it is for them (`policy::keep_band`). Empty (`usize::MAX`,
-    /// 0) otherwise; emptied whenever a block or a tag comes in.
+    /// 0) otherwise; emptied whenever a block or a label comes in.
     steady_lo: AtomicUsize,
     steady_span: AtomicUsize,
     /// The blocks. Locked only on the slow path, by positions and by statistics; `reset`
     /// and `Drop` reach it through `&mut` without locking.
     chain: Mutex<Chain>,
-    tags: Mutex<Vec<(&'static str, usize)>>,
+    /// Bytes per label since the last reset (`alloc_labelled`).
+    labels: Mutex<Vec<(&'static str, usize)>>,
     /// The reset policy's count of frames in which the kept block was much too large.
     quiet: Quiet,
     config: ArenaConfig,
@@ -184,7 +185,7 @@ impl<'pool> MemoryArena<'pool> {
             steady_lo: AtomicUsize::new(NO_BAND.0),
             steady_span: AtomicUsize::new(NO_BAND.1),
             chain: Mutex::new(chain),
-            tags: Mutex::new(Vec::new()),
+            labels: Mutex::new(Vec::new()),
             quiet: Quiet::default(),
             config,
             id: NEXT_ID.fetch_add(1, Relaxed),
