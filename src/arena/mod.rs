@@ -19,6 +19,11 @@
 //! This file holds the struct and the allocation path: `try_alloc` / `alloc` (the bump)
 //! and `alloc_slow` (a new block).
 //!
+//! **Layout.** The struct is `repr(C, align(128))`: its first two cache lines hold
+//! everything the bump path and a steady reset read (the cursor, the peak and watermark,
+//! the generation, the steady band); the chain sits behind a mutex taken on slow paths
+//! only.
+//!
 //! Every field a shared reference can reach is an atomic or behind a lock, and the arena
 //! is `!Sync` only because bumping is a load and a store, not an atomic read-modify-write.
 //! That lets [`SharedArena`](crate::SharedArena) be one `MemoryArena` per thread whose

@@ -1,5 +1,12 @@
 //! `reset`: freeing everything at once, and the steady state in which that costs two cache
 //! lines.
+//!
+//! `reset(&mut self)` asks the reset policy (`policy`) once which block to keep and carries
+//! the decision out. After each full reset it works out the **steady band**: the peaks for
+//! which the policy would keep the one block as it is. A reset whose peak falls in the band
+//! (and that has no label, no quiet streak and one pool block) touches the arena's first
+//! two cache lines and nothing else. Internal resets (a scratch arena freed in a drop) use
+//! `reset_quietly`, which records the events instead of telling them.
 
 use std::sync::atomic::Ordering::Relaxed;
 

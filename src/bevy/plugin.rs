@@ -1,4 +1,14 @@
-//! `MemoryPlugin` and the frame-end reset.
+//! `MemoryPlugin` and the frame end.
+//!
+//! The plugin inserts the resources (`ScratchArenas`, `EngineMemory`, `GameMemory`,
+//! `FrameMemory`, `MemoryStats`, `MemoryBudgets`, `MemoryLedger`), registers the diagnostics, wraps the
+//! systems for heap attribution (`attribution`), and adds [`reset_frame_arenas_system`]
+//! to `Last` in [`MemorySystems::Reset`]. That system is exclusive: it ends the scratch
+//! owners' frames (taking back the arenas of forgotten items, trimming idle ones every 8
+//! frames), swaps `FrameMemory` (whose buffers trim after 30 oversized resets, about 60
+//! frames), ends the thread arenas' frame, runs `maintain_global_pools` and records
+//! `MemoryStats`. It is a safe `fn(&mut World)` that relies on nothing but its
+//! `&mut World`; its parts run quietly and the budget warnings are told once, at its end.
 
 use std::path::PathBuf;
 
@@ -59,7 +69,7 @@ pub struct MemoryPlugin {
     /// built before anything touches a global pool: if a pool already exists with another
     /// size, building the plugin panics, naming the pool, the size in force and the fix.
     pub pools: Option<GlobalPoolConfig>,
-    /// Capacity of each thread's frame arena (`thread_arena_alloc`).
+    /// Capacity of each thread arena (`thread_arena_alloc`).
     pub thread_arena_capacity: usize,
     /// Block sizing and trimming of the scratch arenas behind `Scratch` and
     /// `TaggedScratch` (default: 4 KiB first blocks,
@@ -222,7 +232,7 @@ fn apply_pool_sizes(pools: GlobalPoolConfig) {
 /// - resets every [`Scratch`](super::Scratch) arena of every thread (and gives a spike's
 ///   memory back once the reset policy sees quiet frames);
 /// - swaps the double-buffered [`FrameMemory`] (frame N's data stays through frame N+1);
-/// - ends the frame for the per-thread frame arena of **every** thread that has one
+/// - ends the frame for the thread arena of **every** thread that has one
 ///   (`thread_arena_alloc`), Bevy's worker threads and any other: each is reset by its own
 ///   thread at that thread's next allocation (see [`end_thread_arena_frame`]);
 /// - runs the pools' maintenance ([`maintain_global_pools`]): freed pages go back to the OS

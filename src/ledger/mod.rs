@@ -116,7 +116,7 @@ pub mod tags {
     pub const SCRATCH: &str = "scratch";
     /// [`with_scratch`](crate::with_scratch)'s arenas.
     pub const WITH_SCRATCH: &str = "scratch/with_scratch";
-    /// The per-thread frame arenas of [`thread_arena_alloc`](crate::thread_arena_alloc).
+    /// The thread arenas of [`thread_arena_alloc`](crate::thread_arena_alloc).
     pub const THREAD_ARENAS: &str = "scratch/thread_arenas";
     /// The Bevy `Scratch` system parameter's arenas (unless their config names another).
     pub const SCRATCH_SYSTEMS: &str = "scratch/systems";

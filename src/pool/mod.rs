@@ -17,6 +17,17 @@
 //!
 //! Physical memory: the region is reserved once ([`crate::vm`]) and pages are committed as
 //! blocks are handed out.
+//!
+//! **Invariants.** Blocks tile the region in address order. No two free blocks are
+//! adjacent, so releasing everything restores one range. A block is on a free list iff its
+//! magic is `MAGIC_FREE`. `in_use + free == capacity`. `largest_free` is computed the way
+//! `allocate_block` searches, so `allocate_block(stats().largest_free)` succeeds (absent
+//! other threads).
+//!
+//! **Bad input.** A request is refused with `ZeroSize`, `TooLarge` or `Exhausted` (counted,
+//! and a WARN in a `pool_exhausted` span that names the pool). A `free_block` of a foreign,
+//! misaligned, double-freed or corrupted block panics, naming the pool and the address,
+//! before anything is touched.
 
 mod footer;
 mod maintain;

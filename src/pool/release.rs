@@ -1,5 +1,8 @@
 //! Giving blocks back: `free_block`'s checks and the merge with free neighbours, O(1)
-//! through the boundary tags (`footer`).
+//! through the boundary tags (`footer`): a freed block reads its successor's magic and its
+//! own `PREV_FREE` flag (then its predecessor's footer) and merges with whichever is free
+//! at once, so two free blocks are never adjacent. Neighbours are reached through the
+//! pool's own pointer to its region, never the caller's, which covers the block only.
 
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;

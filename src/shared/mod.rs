@@ -2,10 +2,11 @@
 //!
 //! A shared arena is a [`MemoryArena`] per thread: each thread that allocates gets its own
 //! slot (a cursor and a chain of blocks from the common pool) the first time it does, and
-//! bumps in it with no atomic read-modify-write and no lock. The pool's lock is taken only
-//! when a thread's block is full. This is the design of Unreal's concurrent linear
-//! allocator; a single block bumped with compare-and-swap by every thread was measured
-//! against it and loses (see the `workloads` bench, W6).
+//! bumps in it with no atomic read-modify-write and no lock, finding it through a one-entry
+//! thread-local cache (`LAST`). The pool's lock is taken only when a thread's block is
+//! full. This is the design of Unreal's concurrent linear allocator; a single block bumped
+//! with compare-and-swap by every thread was measured against it and loses: 4x slower on
+//! one thread and no scaling on two (the `workloads` bench, W6).
 //!
 //! The slots live in a [`ThreadLocal`], which gives each `SharedArena` its own per-thread
 //! storage and lets `reset(&mut self)` reach every thread's slot through `iter_mut`.
@@ -29,7 +30,9 @@
 //! allocated. A thread that exits leaves its part to the next new thread (and code that
 //! allocates late in a thread's exit borrows one of a few *late* parts for the length of
 //! one call, so those are reused too); a part nobody allocated from at 2 resets in a row
-//! gives its blocks back. This suits a fixed pool of worker threads (a job system, Bevy's
+//! gives its blocks back, as schedulers move work between threads (Bevy runs a system that
+//! stores to `FrameMemory` on any thread, and parts kept for every thread it ran on held
+//! several frames' worth). This suits a fixed pool of worker threads (a job system, Bevy's
 //! task pools); with threads that come and go quickly against a small pool, idle parts can
 //! hold blocks a new thread would need.
 //!

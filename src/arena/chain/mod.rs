@@ -9,9 +9,23 @@
 //! Blocks come from the arena's pool ([`Chain::take_block`]) or, with `heap_fallback`,
 //! from the system heap when the pool is exhausted ([`Chain::take_from_heap`]); they go
 //! back one at a time through [`Chain::release`], the single place where a block leaves an
-//! arena, called by the one walk that releases a list ([`Chain::release_list`]). Those
-//! three are where the ledger hooks in: a tagged chain charges each block to its tag (and
-//! the tag's budgets may refuse it) and tells the ledger's event sink.
+//! arena, called by the one walk that releases a list ([`Chain::release_list`]). They are
+//! the only places any arena kind (`FrameArena` is a one-block chain) takes a block from
+//! its pool or gives one back, the reset's replacement block included, and they count both
+//! (`ArenaStats::blocks_taken`, `blocks_returned`). Those three are where the ledger hooks
+//! in: a tagged chain charges each block to its tag (and the tag's budgets may refuse it)
+//! and tells the ledger's event sink.
+//!
+//! **Growth.** A request that does not fit enters the next spare, or a new block of
+//! `max(needed, clamp(bytes held, first_block, max_block))`, never more than the pool's
+//! largest block: each block is at least the sum of the previous ones, and one oversized
+//! request gets a block of its own. Only the refusal of the size the request needs counts
+//! as an exhaustion. With `heap_fallback` the block comes from the heap, sized by the same
+//! rule, and the episode is reported once until the pool serves the arena again.
+//!
+//! **Reports, not events.** The chain runs under its lock, so it only records what a growth
+//! has to tell ([`Reports`]); the outermost operation emits it as its last step (soundness
+//! rule 1 in ARCHITECTURE.md).
 
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering};
