@@ -11,13 +11,14 @@
 //!
 //! The cursor bumps **upwards**, so the newest allocation (the *top*) ends at the bump
 //! pointer: it can be popped ([`MemoryArena::pop`]) or grown and shrunk in place
-//! ([`MemoryArena::realloc`]), which is what makes a growing vector cheap ([`pop_realloc`]).
+//! ([`MemoryArena::realloc`]), which is what makes a growing vector cheap
+//! ([`pop_realloc`]).
 //!
 //! [`reset`](MemoryArena::reset) asks the [`policy`] which block to keep, once per reset
 //! ([`reset`]); [`checkpoints_and_scopes`] holds checkpoints and scopes, [`stats`] the
-//! figures, [`hot_cursor`] the [`HotCursor`] (the bump position held in the caller's registers for a hot loop).
-//! This file holds the struct and the allocation path: `try_alloc` / `alloc` (the bump)
-//! and `alloc_slow` (a new block).
+//! figures, [`hot_cursor`] the [`HotCursor`] (the bump position held in the caller's
+//! registers for a hot loop). This file holds the struct and the allocation path:
+//! `try_alloc` / `alloc` (the bump) and `alloc_slow` (a new block).
 //!
 //! **Layout.** The struct is `repr(C, align(128))`: its first two cache lines hold
 //! everything the bump path and a steady reset read (the cursor, the peak and watermark,

@@ -11,9 +11,9 @@
 //! `MemoryArena`, `SharedArena` and `FrameArena` implement it; every other arena derefs to
 //! one. The `allocator_api2` `Allocator` is a separate matter (`alloc_api`).
 //!
-//! **Errors, one rule.** Every helper has a `try_` form returning [`AllocError`](crate::AllocError) and a
-//! panicking form that panics with that error's message (it names the pool and the size),
-//! at the caller's line (`#[track_caller]`).
+//! **Errors, one rule.** Every helper has a `try_` form returning
+//! [`AllocError`](crate::AllocError) and a panicking form that panics with that error's
+//! message (it names the pool and the size), at the caller's line (`#[track_caller]`).
 //!
 //! **Drop policy.** An arena frees memory without running destructors, so every helper
 //! here that returns a plain `&mut` refuses, **at compile time**, a type with drop glue

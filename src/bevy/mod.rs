@@ -18,7 +18,7 @@
 //! let mut app = App::new();
 //! app.add_plugins(MemoryPlugin::default()).add_systems(Update, fastest);
 //! app.world_mut().spawn(Speed(3.0));
-//! app.update(); // the frame ends: scratch, frame memory and thread arenas reset on every thread
+//! app.update(); // the frame ends: every thread's per-frame memory is reset
 //! ```
 //!
 //! - [`Scratch`]: a system parameter with an arena of its own for the run's temporaries.

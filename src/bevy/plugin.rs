@@ -1,14 +1,15 @@
 //! `MemoryPlugin` and the frame end.
 //!
 //! The plugin inserts the resources (`ScratchArenas`, `EngineMemory`, `GameMemory`,
-//! `FrameMemory`, `MemoryStats`, `MemoryBudgets`, `MemoryLedger`), registers the diagnostics, wraps the
-//! systems for heap attribution (`attribution`), and adds [`reset_frame_arenas_system`]
-//! to `Last` in [`MemorySystems::Reset`]. That system is exclusive: it ends the scratch
-//! owners' frames (taking back the arenas of forgotten items, trimming idle ones every 8
-//! frames), swaps `FrameMemory` (whose buffers trim after 30 oversized resets, about 60
-//! frames), ends the thread arenas' frame, runs `maintain_global_pools` and records
-//! `MemoryStats`. It is a safe `fn(&mut World)` that relies on nothing but its
-//! `&mut World`; its parts run quietly and the budget warnings are told once, at its end.
+//! `FrameMemory`, `MemoryStats`, `MemoryBudgets`, `MemoryLedger`), registers the
+//! diagnostics, wraps the systems for heap attribution (`attribution`), and adds
+//! [`reset_frame_arenas_system`] to `Last` in [`MemorySystems::Reset`]. That system is
+//! exclusive: it ends the scratch owners' frames (taking back the arenas of forgotten
+//! items, trimming idle ones every 8 frames), swaps `FrameMemory` (whose buffers trim after
+//! 30 oversized resets, about 60 frames), ends the thread arenas' frame, runs
+//! `maintain_global_pools` and records `MemoryStats`. It is a safe `fn(&mut World)` that
+//! relies on nothing but its `&mut World`; its parts run quietly and the budget warnings
+//! are told once, at its end.
 
 use std::path::PathBuf;
 

@@ -1,6 +1,6 @@
 //! The arenas the crate keeps on each thread's behalf: the nestable scratch stack behind
-//! [`with_scratch`], and the thread arenas behind [`thread_arena_alloc`] (the classic per-thread frame
-//! arena API).
+//! [`with_scratch`], and the thread arenas behind [`thread_arena_alloc`] (the classic
+//! per-thread frame arena API).
 //!
 //! Both live in thread-locals and are used only by their own thread: no other thread ever
 //! writes them (see each module for how frame ends and statistics reach them anyway). The

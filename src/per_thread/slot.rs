@@ -22,10 +22,11 @@ use crate::arena::{ArenaConfig, MemoryArena, block_need};
 use crate::global::scratch_pool;
 
 /// The length, in calls of [`maintain_global_pools`](crate::maintain_global_pools), of the
-/// window over which a scratch arena (of [`with_scratch`](crate::with_scratch) or of a Bevy `Scratch`) must have
-/// needed the memory it holds: 8. At the end of each window, a free arena that was idle, or
-/// held more than twice what its busiest claim of the window used, gives all of it back.
-/// Where the Bevy plugin maintains once a frame, a spike's memory is back within 16 frames.
+/// window over which a scratch arena (of [`with_scratch`](crate::with_scratch) or of a Bevy
+/// `Scratch`) must have needed the memory it holds: 8. At the end of each window, a free
+/// arena that was idle, or held more than twice what its busiest claim of the window used,
+/// gives all of it back. Where the Bevy plugin maintains once a frame, a spike's memory is
+/// back within 16 frames.
 pub const SCRATCH_IDLE_PASSES: u64 = 8;
 
 const FREE: u8 = 0;
