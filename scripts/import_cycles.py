@@ -71,7 +71,6 @@ def inline_mods(text):
 
 class Crate:
     def __init__(self, root):
-        self.root = root
         self.files = sorted(root.rglob("*.rs"))
         self.modules = {module_of(root, f): f for f in self.files}
         self.refs = {}  # file -> [(module written in, path, name, is a pub use)]
@@ -92,9 +91,9 @@ class Crate:
                 found += [(m.start(), m.group(0), None, False) for m in child.finditer(code)]
             self.refs[f], self.uses[f] = [], {}
             for at, path, name, public in found:
-                here = module_of(root, f) + tuple(n for s, e, n in spans if s < at < e)
-                first = path.split("::")[0].strip()
-                if first in children and not spans_at(spans, at):
+                inner = tuple(n for s, e, n in spans if s < at < e)  # inline modules
+                here = module_of(root, f) + inner
+                if not inner and path.split("::")[0].strip() in children:
                     path = "self::" + path
                 self.refs[f].append((here, path, name, public))
                 if name and here == module_of(root, f):
@@ -132,10 +131,6 @@ class Crate:
                 if target is not None and target != f:
                     graph[f].setdefault(target, set()).add(path.split("::")[-1].strip())
         return graph
-
-
-def spans_at(spans, at):
-    return any(s < at < e for s, e, _ in spans)
 
 
 def cycles(graph):
