@@ -10,7 +10,7 @@
 //!   thread takes a free one. A system runs on one thread at a time, so a system's scratch
 //!   needs as many arenas as it has claims alive at once (its item, and one batch per
 //!   thread of a `par_iter`), not one per thread it ever ran on: an arena per thread held
-//!   four times what a system needed on a 4-thread pool.
+//!   four times what a system needed on a 4-thread compute pool.
 //!
 //! A shared owner's frame end ([`ScratchOwner::end_frame`], reached through `&mut` on its
 //! resource, so no item of it is alive) takes back the arenas of items that were
