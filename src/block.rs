@@ -5,8 +5,9 @@
 //!
 //! ```text
 //!  offset  in use (owned by an arena)        free (owned by the pool)
-//!  0       magic: u32 = MAGIC_USED           magic: u32 = MAGIC_FREE
-//!  4       flags: u32 (PREV_FREE)            flags: u32 (PREV_FREE)
+//!  0       magic: u32 = MAGIC_USED,          magic: u32 = MAGIC_FREE,
+//!            or MAGIC_HEAP (heap fallback)     or MAGIC_QUARANTINE
+//!  4       flags: u32 (PREV_FREE)            flags: u32 (PREV_FREE, DIRTY)
 //!  8       size: usize (total, header incl.) size: usize
 //!  16      next: arena chain                 next: next free block in its size class
 //!  24      used: bytes the arena used        prev: previous free block in its size class
@@ -15,7 +16,8 @@
 //!
 //! Ownership of the fields: `magic`, `flags` and `size` belong to the pool and change only
 //! under its lock; while a block is in use its owner (an arena) may write `next` and `used`,
-//! never the rest.
+//! never the rest. `flags` is atomic because the pool sets `PREV_FREE` on a block's
+//! successor, which may be in use by an arena on another thread at that moment.
 //!
 //! The footer of a free block and the `PREV_FREE` flag of the block after it let the pool
 //! find a free physical predecessor in O(1) when coalescing (boundary tags), without a

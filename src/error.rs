@@ -232,3 +232,22 @@ impl From<PoolError> for AllocError {
         AllocError::Pool(e)
     }
 }
+
+/// Panics with `e`'s message, at the caller of the failing helper.
+#[cold]
+#[inline(never)]
+#[track_caller]
+pub(crate) fn alloc_failed(e: &AllocError) -> ! {
+    panic!("nebula_memory: {e}")
+}
+
+/// The value, or a panic with the error's message at the caller of the failing helper: the
+/// panicking form of every `try_` helper.
+#[inline(always)]
+#[track_caller]
+pub(crate) fn or_panic<T>(r: Result<T, AllocError>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => alloc_failed(&e),
+    }
+}

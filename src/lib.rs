@@ -75,15 +75,16 @@
 
 mod alloc_api;
 mod arena;
+mod arena_trait;
 #[cfg(feature = "bevy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "bevy")))]
 pub mod bevy;
 mod block;
+mod deprecated;
 mod error;
-mod frame;
+mod frame_arena;
 mod global;
 mod heap;
-mod interface;
 pub mod ledger;
 mod maintain;
 mod per_thread;
@@ -96,8 +97,8 @@ pub use arena::{
     ArenaConfig, ArenaScope, ArenaStats, Checkpoint, HotCursor, MemoryArena, heap_fallbacks,
 };
 
-pub use frame::{FrameArena, FrameArenaStats};
-pub use interface::{Arena, ArenaBox};
+pub use arena_trait::{Arena, ArenaBox};
+pub use frame_arena::{FrameArena, FrameArenaStats};
 pub use per_thread::{
     DEFAULT_THREAD_ARENA_CAPACITY, ThreadArenasStats, all_thread_arenas_stats,
     end_thread_arena_frame, set_thread_arena_capacity, thread_arena_alloc, thread_arena_frame,

@@ -2,7 +2,9 @@
 //! pools, then the pools give free pages back to the OS.
 //!
 //! It sits above the per-thread arenas and the global pools because it drives both; the
-//! Bevy plugin calls it at the end of every frame, other games call it once per frame.
+//! Bevy plugin calls it at the end of every frame, other games call it once per frame. It
+//! is needed because a steady arena makes no pool call at all: without a clock of their
+//! own, the pools would never notice that their free memory has stayed idle.
 
 use crate::global;
 use crate::per_thread;

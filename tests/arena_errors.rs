@@ -78,7 +78,7 @@ fn panicking_forms_name_the_pool_and_the_size() {
         );
         expect(
             panic_message(|| {
-                let _ = arena.alloc_tagged(layout, "t");
+                let _ = arena.alloc_labelled(layout, "t");
             }),
             Some(BIG),
         );
@@ -156,7 +156,7 @@ fn try_forms_report_exhaustion_and_the_arena_keeps_working() {
         assert_eq!(*small, 7);
         let layout = Layout::from_size_align(BIG, 16).unwrap();
         assert_exhausted(arena.try_alloc(layout).unwrap_err());
-        assert_exhausted(arena.try_alloc_tagged(layout, "t").unwrap_err());
+        assert_exhausted(arena.try_alloc_labelled(layout, "t").unwrap_err());
         assert_exhausted(arena.try_alloc_val([0u8; BIG]).unwrap_err());
         let mut called = false;
         assert_exhausted(

@@ -1,4 +1,4 @@
-//! What a `MemoryArena` reports and what the pool sees of it: tags counted per name and
+//! What a `MemoryArena` reports and what the pool sees of it: labels counted per name and
 //! cleared by reset, `stats()` and its `Display`, and blocks given back to the pool by
 //! `trim_spares` and by drop.
 //!
@@ -14,22 +14,24 @@ mod common;
 use common::{KIB, assert_drained, pool};
 
 #[test]
-fn tags_are_counted_and_cleared_by_reset() {
-    let pool = pool("tags");
+fn labels_are_counted_and_cleared_by_reset() {
+    let pool = pool("labels");
     let mut arena = MemoryArena::new(&pool);
-    arena.alloc_tagged(Layout::new::<[u8; 48]>(), "mesh");
-    arena.alloc_tagged(Layout::new::<[u8; 16]>(), "mesh");
-    arena.try_alloc_tagged(Layout::new::<u64>(), "ai").unwrap();
+    arena.alloc_labelled(Layout::new::<[u8; 48]>(), "mesh");
+    arena.alloc_labelled(Layout::new::<[u8; 16]>(), "mesh");
+    arena
+        .try_alloc_labelled(Layout::new::<u64>(), "ai")
+        .unwrap();
     arena.alloc_val(0u64); // untagged
-    assert_eq!(arena.tag_bytes("mesh"), 64);
-    assert_eq!(arena.tag_bytes("ai"), 8);
-    assert_eq!(arena.tag_bytes("none"), 0);
-    assert_eq!(arena.stats().tags, vec![("mesh", 64), ("ai", 8)]);
+    assert_eq!(arena.label_bytes("mesh"), 64);
+    assert_eq!(arena.label_bytes("ai"), 8);
+    assert_eq!(arena.label_bytes("none"), 0);
+    assert_eq!(arena.stats().labels, vec![("mesh", 64), ("ai", 8)]);
     let text = arena.stats().to_string();
     assert!(text.contains("mesh") && text.contains("64 B"), "{text}");
     arena.reset();
-    assert_eq!(arena.tag_bytes("mesh"), 0);
-    assert!(arena.stats().tags.is_empty());
+    assert_eq!(arena.label_bytes("mesh"), 0);
+    assert!(arena.stats().labels.is_empty());
 }
 
 #[test]

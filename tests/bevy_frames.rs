@@ -13,7 +13,7 @@ use bevy_diagnostic::DiagnosticsStore;
 use bevy_ecs::prelude::*;
 use nebula_memory::FrameHandle;
 use nebula_memory::bevy::{
-    FrameMemory, FrameMemoryStats, GameMemory, MemoryBudgets, MemoryPlugin, MemorySystems,
+    FrameMemory, GameMemory, MemoryBudgets, MemoryPlugin, MemoryStats, MemorySystems,
     ResetGameArena, Scratch, paths, reset_frame_arenas_system,
 };
 use nebula_memory::{all_thread_arenas_stats, thread_arena_alloc, thread_arena_stats};
@@ -64,7 +64,7 @@ fn the_frame_end_resets_every_threads_arena() {
         "a non-Bevy thread's arena was reset too"
     );
     assert_eq!(all_thread_arenas_stats().bytes_used, 0);
-    let stats = *app.world().resource::<FrameMemoryStats>();
+    let stats = *app.world().resource::<MemoryStats>();
     assert!(stats.thread_arena_bytes >= 1000 + 256, "{stats}");
     assert!(stats.thread_arenas >= 2, "{stats}");
 }
@@ -122,11 +122,11 @@ fn a_system_after_the_reset_sees_empty_arenas() {
         .add_systems(
             Last,
             (|frames: Res<FrameMemory>,
-              stats: Res<FrameMemoryStats>,
+              stats: Res<MemoryStats>,
               mut seen: ResMut<SeenAfterReset>| {
                 seen.0.push((
                     frames.current().bytes_used() + all_thread_arenas_stats().bytes_used,
-                    stats.scratch_bytes + stats.frame_bytes,
+                    stats.scratch_bytes + stats.frame_memory_bytes,
                     stats.frame,
                 ));
             })
@@ -220,7 +220,7 @@ fn a_forgotten_scratch_item_is_freed_at_the_frame_end() {
     for _ in 0..5 {
         app.update();
     }
-    let stats = *app.world().resource::<FrameMemoryStats>();
+    let stats = *app.world().resource::<MemoryStats>();
     assert!(stats.scratch_arenas <= 4, "arenas do not pile up: {stats}");
 }
 
@@ -270,7 +270,7 @@ fn statistics_budgets_and_diagnostics() {
         });
         app.update();
         app.update();
-        let stats = *app.world().resource::<FrameMemoryStats>();
+        let stats = *app.world().resource::<MemoryStats>();
         assert_eq!((stats.frame, stats.scratch_bytes), (2, 9_500));
         assert_eq!(stats.pools[2].name, "scratch");
         assert!(stats.pools[2].in_use > 0);
@@ -320,7 +320,7 @@ fn the_frame_end_trims_scratch_after_a_spike() {
         let buf = scratch.alloc_slice(bytes, 1u8);
         assert_eq!(buf.len(), bytes);
     });
-    let scratch_pool = |app: &App| app.world().resource::<FrameMemoryStats>().pools[2].in_use;
+    let scratch_pool = |app: &App| app.world().resource::<MemoryStats>().pools[2].in_use;
     for _ in 0..WARM {
         app.update();
     }
@@ -339,8 +339,5 @@ fn the_frame_end_trims_scratch_after_a_spike() {
         after < before + SPIKE / 8,
         "the spike was not given back: {before} before, {during} during, {after} after"
     );
-    assert_eq!(
-        app.world().resource::<FrameMemoryStats>().scratch_bytes,
-        10_000
-    );
+    assert_eq!(app.world().resource::<MemoryStats>().scratch_bytes, 10_000);
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use allocator_api2::vec::Vec as AVec;
 use bevy_app::{App, TaskPoolOptions, TaskPoolPlugin, TaskPoolThreadAssignmentPolicy, Update};
 use bevy_ecs::prelude::*;
-use nebula_memory::bevy::{FrameMemoryStats, MemoryPlugin, Scratch};
+use nebula_memory::bevy::{MemoryPlugin, MemoryStats, Scratch};
 
 /// A headless app whose compute pool has exactly 4 threads (on a 2-core machine Bevy's
 /// default would give it one), with the memory plugin.
@@ -111,18 +111,14 @@ fn parallel_scratch_systems_for_thousands_of_frames() {
     for f in 0..n {
         app.world_mut().resource_mut::<Frame>().0 = f as u64;
         app.update();
-        held.push(
-            app.world()
-                .resource::<FrameMemoryStats>()
-                .scratch_bytes_held,
-        );
+        held.push(app.world().resource::<MemoryStats>().scratch_bytes_held);
     }
     let checks = app.world().resource::<Checks>();
     assert_eq!(checks.failures.load(Ordering::Relaxed), 0);
     assert_eq!(checks.runs.load(Ordering::Relaxed), 5 * n);
     let threads = checks.threads.lock().unwrap().len();
     assert!(threads >= 2, "the systems ran on {threads} thread(s)");
-    let stats = *app.world().resource::<FrameMemoryStats>();
+    let stats = *app.world().resource::<MemoryStats>();
     assert_eq!(stats.frame, n as u64);
     // Each arena's peak is at least one system's list (systems share a thread's arena one
     // after the other, so the sum is less than five lists).
@@ -239,7 +235,7 @@ fn nested_scratch_users_through_work_stealing() {
     // a system depends on the machine's timing; at most 10x longer).
     for frame in 0..10 * n {
         app.update();
-        arenas = arenas.max(app.world().resource::<FrameMemoryStats>().scratch_arenas);
+        arenas = arenas.max(app.world().resource::<MemoryStats>().scratch_arenas);
         let nesting = app.world().resource::<Nesting>();
         let nested =
             nesting.in_scope.load(Ordering::Relaxed) + nesting.in_par_iter.load(Ordering::Relaxed);
@@ -282,7 +278,7 @@ fn two_scratch_parameters_in_one_system() {
     for _ in 0..frames(100) {
         app.update();
     }
-    let stats = *app.world().resource::<FrameMemoryStats>();
+    let stats = *app.world().resource::<MemoryStats>();
     assert_eq!(stats.scratch_bytes, 2_000, "{stats}");
 }
 
@@ -315,14 +311,14 @@ fn batches_make_their_arenas_in_the_first_run() {
     app.finish();
     app.cleanup();
     app.update();
-    let first = app.world().resource::<FrameMemoryStats>().scratch_arenas;
+    let first = app.world().resource::<MemoryStats>().scratch_arenas;
     assert!(
         first >= 4 + 2,
         "an arena per compute thread, and two: {first}"
     );
     for _ in 0..frames(200) {
         app.update();
-        let now = app.world().resource::<FrameMemoryStats>().scratch_arenas;
+        let now = app.world().resource::<MemoryStats>().scratch_arenas;
         assert_eq!(now, first, "a later run made an arena");
     }
     let checks = app.world().resource::<Checks>();

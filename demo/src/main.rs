@@ -27,6 +27,7 @@ mod runs;
 mod state;
 mod systems;
 mod tags;
+mod units;
 mod workload;
 
 use std::path::{Path, PathBuf};

@@ -10,8 +10,9 @@ use plotters::coord::combinators::WithKeyPoints;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::report::{AFTER, Summary};
-use crate::runs::{Frame, RunRecord};
+use crate::report::Summary;
+use crate::runs::{FrameRecord, RunRecord};
+use crate::workload::AFTER;
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -245,12 +246,12 @@ fn over_frames(
     area: &Area<'_>,
     runs: &[RunRecord],
     caption: &str,
-    figure: impl Fn(&Frame) -> f64,
+    figure: impl Fn(&FrameRecord) -> f64,
 ) -> Result<()> {
     let drawn = drawn(runs);
     let frames = runs.iter().map(|r| r.frames.len()).max().unwrap_or(1);
     // A log axis has no 0 (the heap run holds about nothing above its level after warm-up).
-    let value = |f: &Frame| figure(f).max(KIB);
+    let value = |f: &FrameRecord| figure(f).max(KIB);
     let units = [KIB, MIB, GIB];
     let (lo, hi) = bounds(
         drawn.iter().flat_map(|(r, _)| r.frames.iter().map(value)),

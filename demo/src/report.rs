@@ -4,11 +4,10 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::runs::{Frame, RunRecord};
-use crate::systems::NEEDS;
-
-/// Frames after a spike at which its memory is looked at again.
-pub const AFTER: usize = 120;
+use crate::runs::{FrameRecord, RunRecord};
+use crate::state::NEEDS;
+use crate::units::bytes;
+use crate::workload::AFTER;
 
 /// One run's figures.
 pub struct Summary {
@@ -32,7 +31,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// Steady state, at the spike, after it, of `figure`.
-fn phases(frames: &[Frame], figure: impl Fn(&Frame) -> i64) -> [i64; 3] {
+fn phases(frames: &[FrameRecord], figure: impl Fn(&FrameRecord) -> i64) -> [i64; 3] {
     let spikes: Vec<usize> = (0..frames.len()).filter(|&i| frames[i].spike).collect();
     let first = spikes.first().copied().unwrap_or(frames.len());
     let mut before: Vec<i64> = frames[..first].iter().map(&figure).collect();
@@ -74,16 +73,6 @@ pub fn summary(run: &RunRecord) -> Summary {
         own_total,
         held: phases(frames, |f| f.held),
         rss: phases(frames, |f| f.rss as i64),
-    }
-}
-
-pub fn bytes(b: i64) -> String {
-    let a = b.unsigned_abs() as f64;
-    let sign = if b < 0 { "-" } else { "" };
-    if a >= (1 << 20) as f64 {
-        format!("{sign}{:.1} MiB", a / (1 << 20) as f64)
-    } else {
-        format!("{sign}{:.0} KiB", a / 1024.0)
     }
 }
 
@@ -185,7 +174,7 @@ fn print_needs(run: &RunRecord) {
         "{:<26} {:>10} {:>10} {:>7}",
         "temporaries needed", "steady", "at spike", "x-fold"
     );
-    let row = |name: &str, figure: &dyn Fn(&Frame) -> i64| {
+    let row = |name: &str, figure: &dyn Fn(&FrameRecord) -> i64| {
         let [steady, at, _] = phases(&run.frames, figure);
         println!(
             "{name:<26} {:>10} {:>10} {:>6.0}x",

@@ -15,11 +15,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use bevy_app::App;
-use nebula_memory::bevy::{FrameMemoryStats, MemoryLedger};
+use nebula_memory::bevy::{MemoryLedger, MemoryStats};
 use nebula_memory::ledger::tags::{FRAME_MEMORY, WITH_SCRATCH};
 
 use crate::alloc::{ALLOCATOR_VAR, Backend, counters, rss_bytes};
-use crate::systems::{Checksum, LocalHeld, Mode, NEEDS, Needs, Tick, app};
+use crate::state::{Checksum, LocalHeld, Mode, NEEDS, Needs, Tick};
+use crate::systems::app;
 use crate::tags::{SystemsHeap, Watch};
 use crate::workload::is_spike;
 
@@ -68,7 +69,7 @@ pub const RUNS: [Run; 5] = [
 
 /// One frame's figures.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Frame {
+pub struct FrameRecord {
     pub spike: bool,
     pub micros: f64,
     /// Heap allocations of the demo's own code, and of everything else (Bevy).
@@ -85,11 +86,11 @@ pub struct Frame {
     pub systems_held: u64,
     pub with_scratch_held: u64,
     pub frame_memory_held: u64,
-    /// What each part of the work needed for its temporaries (see `systems::NEEDS`).
+    /// What each part of the work needed for its temporaries (see `state::NEEDS`).
     pub needs: [u64; NEEDS.len()],
 }
 
-impl Frame {
+impl FrameRecord {
     fn to_line(self) -> String {
         let needs: Vec<String> = self.needs.iter().map(u64::to_string).collect();
         format!(
@@ -109,9 +110,9 @@ impl Frame {
         )
     }
 
-    fn from_line(line: &str) -> Option<Frame> {
+    fn from_line(line: &str) -> Option<FrameRecord> {
         let f: Vec<&str> = line.split_whitespace().collect();
-        Some(Frame {
+        Some(FrameRecord {
             spike: f.first()? == &"1",
             micros: f.get(1)?.parse().ok()?,
             own_allocs: f.get(2)?.parse().ok()?,
@@ -139,7 +140,7 @@ pub struct Closing {
 /// A run's frames and closing figures.
 pub struct RunRecord {
     pub run: Run,
-    pub frames: Vec<Frame>,
+    pub frames: Vec<FrameRecord>,
     pub closing: Closing,
     /// The arena run's tag table (see `tags`); empty for the others.
     pub ledger: Vec<String>,
@@ -149,7 +150,7 @@ pub struct RunRecord {
 
 /// Plays one frame of `app`; `live_base` is the live heap bytes the heap run's held figure
 /// counts from.
-fn frame(app: &mut App, mode: Mode, live_base: i64) -> Frame {
+fn frame(app: &mut App, mode: Mode, live_base: i64) -> FrameRecord {
     let spike = is_spike(app.world().resource::<Tick>().0);
     let before = counters();
     let start = Instant::now();
@@ -158,7 +159,7 @@ fn frame(app: &mut App, mode: Mode, live_base: i64) -> Frame {
     let after = counters();
     let world = app.world();
     let checksum = world.resource::<Checksum>().0.swap(0, Relaxed);
-    let stats = world.resource::<FrameMemoryStats>();
+    let stats = world.resource::<MemoryStats>();
     let ledger = world.resource::<MemoryLedger>();
     let tag_held = |tag: &str| {
         if mode == Mode::Arena {
@@ -176,7 +177,7 @@ fn frame(app: &mut App, mode: Mode, live_base: i64) -> Frame {
             locals.0.iter().map(|h| h.load(Relaxed) as i64).sum()
         }
     };
-    Frame {
+    FrameRecord {
         spike,
         micros,
         own_allocs: after.own - before.own,
@@ -233,7 +234,7 @@ pub fn child(run: Run, entities: usize) {
                 }
             }
             ["stats"] => {
-                let s = app.world().resource::<FrameMemoryStats>();
+                let s = app.world().resource::<MemoryStats>();
                 let pool = s.pools[2];
                 writeln!(
                     out,
@@ -329,7 +330,7 @@ pub fn run_all(runs: &[Run], frames: usize, entities: usize) -> Vec<RunRecord> {
             r.frames.extend(
                 lines
                     .iter()
-                    .map(|l| Frame::from_line(l).expect("a frame's figures")),
+                    .map(|l| FrameRecord::from_line(l).expect("a frame's figures")),
             );
         }
     }

@@ -30,7 +30,7 @@ use nebula_memory::{FrameHandle, ScratchBatch};
 
 use crate::alloc::own;
 use crate::render::{cull, lod_sort, stream_chunks};
-pub use crate::state::*;
+use crate::state::*;
 use crate::tags;
 use crate::workload::*;
 

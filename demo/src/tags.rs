@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use nebula_memory::ledger::LedgerSnapshot;
 
-use crate::report::{AFTER, bytes};
+use crate::units::bytes;
+use crate::workload::AFTER;
 
 /// The physics system's grid and contact pairs.
 pub struct Physics;

@@ -33,6 +33,8 @@ pub const BLAST: f32 = 4.4;
 pub const NEAREST: usize = 8;
 /// A spike frame every this many frames (the first halfway through).
 pub const SPIKE_EVERY: u64 = 250;
+/// Frames after a spike at which its memory is looked at again.
+pub const AFTER: usize = 120;
 pub const CHUNK: usize = 16;
 /// Chunks streamed in a usual frame, one at a time.
 pub const CHUNKS_PER_FRAME: usize = 16;

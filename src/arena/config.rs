@@ -40,7 +40,7 @@ pub struct ArenaConfig {
     /// `first_block` was set with the builder (so a size the pool cannot serve is a mistake
     /// to refuse, not a default to clamp).
     first_block_set: bool,
-    /// Most bytes of blocks the arena may hold (the crate's per-thread frame arenas cap
+    /// Most bytes of blocks the arena may hold (the crate's thread arenas cap
     /// themselves at their capacity with it); a request past it is refused with
     /// `AllocError::Full`. `usize::MAX`: no cap.
     pub(crate) held_limit: usize,

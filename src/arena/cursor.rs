@@ -5,6 +5,13 @@
 //! The pointer arithmetic lives in [`fit`], a module that forbids `unsafe`, so it can be
 //! tested (and fuzzed) as plain integer math.
 //!
+//! **One formula for every alignment.** `start = (ptr + align - 1) & !(align - 1)`
+//! (wrapping); fail if `(end - start) as isize < size as isize`; else `ptr = start + size`.
+//! A branch on the alignment was mispredicted half the time in W5; the signed compare is
+//! exact in every wrap case (argued in [`fit`], property-tested at the top of the address
+//! space). With a constant layout the bump compiles to 10 instructions and one branch
+//! (`examples/asm_probe.rs`).
+//!
 //! Invariants, kept by whoever moves the cursor into a window:
 //! - `start <= ptr <= end`, all in one allocation (a block, or the sentinel), so
 //!   `end - ptr` is at most `isize::MAX`;

@@ -3,7 +3,7 @@
 //! An arena is two things ([`cursor`] and [`chain`]):
 //! - a **cursor**, the bump position in the current block. Allocation is
 //!   [`Cursor::bump`](cursor::Cursor::bump): align, compare, add. Everything else (new
-//!   blocks, statistics, tags, tracing) is on the cold path, and the high watermark is
+//!   blocks, statistics, labels, tracing) is on the cold path, and the high watermark is
 //!   brought up to date only where `bytes_used` is about to fall (pop, shrink, rewind,
 //!   reset), never on the hot path;
 //! - a **chain**, the blocks it holds and the only code that takes blocks from the pool or
@@ -11,13 +11,19 @@
 //!
 //! The cursor bumps **upwards**, so the newest allocation (the *top*) ends at the bump
 //! pointer: it can be popped ([`MemoryArena::pop`]) or grown and shrunk in place
-//! ([`MemoryArena::realloc`]), which is what makes a growing vector cheap ([`top`]).
+//! ([`MemoryArena::realloc`]), which is what makes a growing vector cheap
+//! ([`pop_realloc`]).
 //!
 //! [`reset`](MemoryArena::reset) asks the [`policy`] which block to keep, once per reset
-//! ([`reset`]); [`position`] holds checkpoints and scopes, [`stats`] the figures, [`hot`]
-//! the [`HotCursor`] (the bump position held in the caller's registers for a hot loop).
-//! This file holds the struct and the allocation path: `try_alloc` / `alloc` (the bump)
-//! and `alloc_slow` (a new block).
+//! ([`reset`]); [`checkpoints_and_scopes`] holds checkpoints and scopes, [`stats`] the
+//! figures, [`hot_cursor`] the [`HotCursor`] (the bump position held in the caller's
+//! registers for a hot loop). This file holds the struct and the allocation path:
+//! `try_alloc` / `alloc` (the bump) and `alloc_slow` (a new block).
+//!
+//! **Layout.** The struct is `repr(C, align(128))`: its first two cache lines hold
+//! everything the bump path and a steady reset read (the cursor, the peak and watermark,
+//! the generation, the steady band); the chain sits behind a mutex taken on slow paths
+//! only.
 //!
 //! Every field a shared reference can reach is an atomic or behind a lock, and the arena
 //! is `!Sync` only because bumping is a load and a store, not an atomic read-modify-write.
@@ -27,14 +33,14 @@
 pub(crate) mod chain;
 mod config;
 pub(crate) mod cursor;
-mod hot;
+mod hot_cursor;
 mod policy;
 
 pub(crate) use policy::need as block_need;
-mod position;
+mod checkpoints_and_scopes;
+mod pop_realloc;
 mod reset;
 mod stats;
-mod top;
 
 use std::alloc::Layout;
 use std::cell::Cell;
@@ -45,8 +51,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use parking_lot::Mutex;
 
+use crate::arena_trait::Arena;
 use crate::error::AllocError;
-use crate::interface::{Arena, alloc_failed};
+use crate::error::alloc_failed;
 use crate::poison;
 use crate::pool::MemoryPool;
 
@@ -56,9 +63,9 @@ use cursor::Cursor;
 use policy::Quiet;
 
 pub use chain::heap_fallbacks;
+pub use checkpoints_and_scopes::{ArenaScope, Checkpoint};
 pub use config::ArenaConfig;
-pub use hot::HotCursor;
-pub use position::{ArenaScope, Checkpoint};
+pub use hot_cursor::HotCursor;
 pub use stats::ArenaStats;
 #[cfg(feature = "bevy")]
 pub(crate) use stats::Bytes;
@@ -121,15 +128,16 @@ pub struct MemoryArena<'pool> {
     /// Resets so far; checkpoints carry it. Written only through `&mut self`.
     generation: u64,
     /// Frame peaks `p` with `p - steady_lo <= steady_span` (wrapping) need no decision at
-    /// reset: the arena holds one pool block, no tags and no quiet streak, and the reset
+    /// reset: the arena holds one pool block, no labels and no quiet streak, and the reset
     /// policy keeps the block as it is for them (`policy::keep_band`). Empty (`usize::MAX`,
-    /// 0) otherwise; emptied whenever a block or a tag comes in.
+    /// 0) otherwise; emptied whenever a block or a label comes in.
     steady_lo: AtomicUsize,
     steady_span: AtomicUsize,
     /// The blocks. Locked only on the slow path, by positions and by statistics; `reset`
     /// and `Drop` reach it through `&mut` without locking.
     chain: Mutex<Chain>,
-    tags: Mutex<Vec<(&'static str, usize)>>,
+    /// Bytes per label since the last reset (`alloc_labelled`).
+    labels: Mutex<Vec<(&'static str, usize)>>,
     /// The reset policy's count of frames in which the kept block was much too large.
     quiet: Quiet,
     config: ArenaConfig,
@@ -183,7 +191,7 @@ impl<'pool> MemoryArena<'pool> {
             steady_lo: AtomicUsize::new(NO_BAND.0),
             steady_span: AtomicUsize::new(NO_BAND.1),
             chain: Mutex::new(chain),
-            tags: Mutex::new(Vec::new()),
+            labels: Mutex::new(Vec::new()),
             quiet: Quiet::default(),
             config,
             id: NEXT_ID.fetch_add(1, Relaxed),

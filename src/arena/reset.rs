@@ -1,5 +1,12 @@
 //! `reset`: freeing everything at once, and the steady state in which that costs two cache
 //! lines.
+//!
+//! `reset(&mut self)` asks the reset policy (`policy`) once which block to keep and carries
+//! the decision out. After each full reset it works out the **steady band**: the peaks for
+//! which the policy would keep the one block as it is. A reset whose peak falls in the band
+//! (and that has no label, no quiet streak and one pool block) touches the arena's first
+//! two cache lines and nothing else. Internal resets (a scratch arena freed in a drop) use
+//! `reset_quietly`, which records the events instead of telling them.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -113,7 +120,7 @@ impl<'pool> MemoryArena<'pool> {
         let high = self.high_watermark.get_mut();
         *high = (*high).max(peak);
         self.generation += 1;
-        self.tags.get_mut().clear();
+        self.labels.get_mut().clear();
         let chain = self.chain.get_mut();
         chain.publish_used(peak);
         let single = chain.is_single_pool_block();
@@ -144,7 +151,7 @@ impl<'pool> MemoryArena<'pool> {
     fn enter_steady_state(&mut self) {
         let steady = self.chain.get_mut().is_single_pool_block()
             && self.quiet == Quiet::default()
-            && self.tags.get_mut().is_empty();
+            && self.labels.get_mut().is_empty();
         let (lo, span) = if steady {
             match policy::keep_band(self.cursor.window_len(), &self.config) {
                 Some((lo, hi)) => (lo, hi - lo),
@@ -169,7 +176,7 @@ impl<'pool> MemoryArena<'pool> {
         self.chain.get_mut().is_single_pool_block()
             && self.cursor.base() == 0
             && self.quiet == Quiet::default()
-            && self.tags.get_mut().is_empty()
+            && self.labels.get_mut().is_empty()
             && policy::decide(window, peak, self.quiet, &self.config)
                 == (Decision::Keep, Quiet::default())
     }
@@ -196,7 +203,7 @@ impl<'pool> MemoryArena<'pool> {
         let high = self.high_watermark.get_mut();
         *high = (*high).max(peak);
         self.generation += 1;
-        self.tags.get_mut().clear();
+        self.labels.get_mut().clear();
         self.quiet = Quiet::default();
         let chain = self.chain.get_mut();
         chain.publish_used(0);

@@ -1,4 +1,4 @@
-//! An arena's figures (bytes used, watermarks, blocks held, per-allocation tags) and
+//! An arena's figures (bytes used, watermarks, blocks held, per-allocation labels) and
 //! `ArenaStats`, a printable snapshot of them.
 
 use std::alloc::Layout;
@@ -7,8 +7,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::MemoryArena;
-use crate::error::AllocError;
-use crate::interface::alloc_failed;
+use crate::error::{AllocError, or_panic};
 
 /// A snapshot of an arena's counters, from [`MemoryArena::stats`](crate::MemoryArena::stats).
 ///
@@ -39,7 +38,11 @@ pub struct ArenaStats {
     /// Blocks taken from the system heap because the pool was exhausted (`heap_fallback`),
     /// ever.
     pub heap_blocks_taken: u64,
-    /// Bytes requested per tag since the last reset, in first-use order.
+    /// Bytes requested per label since the last reset, in first-use order
+    /// ([`MemoryArena::alloc_labelled`](crate::MemoryArena::alloc_labelled)).
+    pub labels: Vec<(&'static str, usize)>,
+    /// The same list under its old name.
+    #[deprecated(note = "renamed to `labels`: a tag is a ledger path (`ArenaConfig::tag`)")]
     pub tags: Vec<(&'static str, usize)>,
 }
 
@@ -47,7 +50,7 @@ impl fmt::Display for ArenaStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "arena on '{}': {} used (peak {}), {} held in {} block{}, frame {}",
+            "arena on '{}': {} used (peak {}), {} held in {} block{}, generation {}",
             self.pool,
             Bytes(self.bytes_used),
             Bytes(self.high_watermark),
@@ -56,8 +59,8 @@ impl fmt::Display for ArenaStats {
             if self.block_count == 1 { "" } else { "s" },
             self.generation
         )?;
-        for (tag, n) in &self.tags {
-            write!(f, "\n  {tag:<16} {}", Bytes(*n))?;
+        for (label, n) in &self.labels {
+            write!(f, "\n  {label:<16} {}", Bytes(*n))?;
         }
         Ok(())
     }
@@ -157,24 +160,24 @@ impl<'pool> MemoryArena<'pool> {
         self.generation
     }
 
-    /// Bytes requested with `tag` since the last reset (see
-    /// [`alloc_tagged`](MemoryArena::alloc_tagged)). O(tags).
+    /// Bytes requested with `label` since the last reset (see
+    /// [`alloc_labelled`](MemoryArena::alloc_labelled)). O(labels).
     ///
     /// ```
     /// use std::alloc::Layout;
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
-    /// arena.alloc_tagged(Layout::new::<[u8; 48]>(), "mesh");
-    /// assert_eq!(arena.tag_bytes("mesh"), 48);
+    /// arena.alloc_labelled(Layout::new::<[u8; 48]>(), "mesh");
+    /// assert_eq!(arena.label_bytes("mesh"), 48);
     /// ```
-    pub fn tag_bytes(&self, tag: &str) -> usize {
-        self.tags
+    pub fn label_bytes(&self, label: &str) -> usize {
+        self.labels
             .lock()
             .iter()
-            .find(|(t, _)| *t == tag)
+            .find(|(l, _)| *l == label)
             .map_or(0, |&(_, n)| n)
     }
 
-    /// A snapshot of every counter, printable with `{}`. O(tags).
+    /// A snapshot of every counter, printable with `{}`. O(labels).
     ///
     /// ```
     /// use nebula_memory::Arena;
@@ -184,7 +187,9 @@ impl<'pool> MemoryArena<'pool> {
     /// assert_eq!(stats.bytes_used, 8);
     /// println!("{stats}");
     /// ```
+    #[allow(deprecated)] // fills `tags`, the old name of `labels`
     pub fn stats(&self) -> ArenaStats {
+        let labels = self.labels.lock().clone();
         let (block_count, bytes_held, ops) = {
             let chain = self.chain.lock();
             (chain.block_count(), chain.bytes_held(), chain.figures())
@@ -199,13 +204,17 @@ impl<'pool> MemoryArena<'pool> {
             blocks_taken: ops.blocks_taken,
             blocks_returned: ops.blocks_returned,
             heap_blocks_taken: ops.heap_blocks_taken,
-            tags: self.tags.lock().clone(),
+            labels: labels.clone(),
+            tags: labels,
         }
     }
 
     /// Allocates like [`try_alloc`](MemoryArena::try_alloc) and counts the bytes under
-    /// `tag` (`ArenaPush(arena, size, align, "Tag")` in C++ engines). Tagging costs a lock
-    /// and a lookup in a short list; untagged allocations pay nothing for it. O(tags).
+    /// `label` in this arena's figures until its next reset (`ArenaPush(arena, size,
+    /// align, "Tag")` in C++ engines). A label is not a ledger tag: it names allocations
+    /// inside one arena, while a tag ([`ArenaConfig::tag`](crate::ArenaConfig::tag)) is
+    /// charged with the arena's blocks in the process-wide ledger. Labelling costs a lock
+    /// and a lookup in a short list; other allocations pay nothing for it. O(labels).
     ///
     /// # Errors
     /// As `try_alloc`.
@@ -213,38 +222,36 @@ impl<'pool> MemoryArena<'pool> {
     /// ```
     /// use std::alloc::Layout;
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
-    /// arena.try_alloc_tagged(Layout::new::<u64>(), "ai").unwrap();
-    /// assert_eq!(arena.tag_bytes("ai"), 8);
+    /// arena.try_alloc_labelled(Layout::new::<u64>(), "ai").unwrap();
+    /// assert_eq!(arena.label_bytes("ai"), 8);
     /// ```
-    pub fn try_alloc_tagged(
+    pub fn try_alloc_labelled(
         &self,
         layout: Layout,
-        tag: &'static str,
+        label: &'static str,
     ) -> Result<NonNull<u8>, AllocError> {
         let p = self.try_alloc(layout)?;
         self.leave_steady_state();
-        let mut tags = self.tags.lock();
-        match tags.iter_mut().find(|(t, _)| *t == tag) {
+        let mut labels = self.labels.lock();
+        match labels.iter_mut().find(|(l, _)| *l == label) {
             Some((_, n)) => *n += layout.size(),
-            None => tags.push((tag, layout.size())),
+            None => labels.push((label, layout.size())),
         }
         Ok(p)
     }
 
-    /// [`try_alloc_tagged`](MemoryArena::try_alloc_tagged), panicking on failure. O(tags).
+    /// [`try_alloc_labelled`](MemoryArena::try_alloc_labelled), panicking on failure.
+    /// O(labels).
     ///
     /// ```
     /// use std::alloc::Layout;
     /// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
-    /// arena.alloc_tagged(Layout::new::<u64>(), "ui");
-    /// assert_eq!(arena.stats().tags, vec![("ui", 8)]);
+    /// arena.alloc_labelled(Layout::new::<u64>(), "ui");
+    /// assert_eq!(arena.stats().labels, vec![("ui", 8)]);
     /// ```
     #[track_caller]
-    pub fn alloc_tagged(&self, layout: Layout, tag: &'static str) -> NonNull<u8> {
-        match self.try_alloc_tagged(layout, tag) {
-            Ok(p) => p,
-            Err(e) => alloc_failed(&e),
-        }
+    pub fn alloc_labelled(&self, layout: Layout, label: &'static str) -> NonNull<u8> {
+        or_panic(self.try_alloc_labelled(layout, label))
     }
 }
 

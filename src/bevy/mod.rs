@@ -18,7 +18,7 @@
 //! let mut app = App::new();
 //! app.add_plugins(MemoryPlugin::default()).add_systems(Update, fastest);
 //! app.world_mut().spawn(Speed(3.0));
-//! app.update(); // the frame ends: scratch and frame arenas reset on every thread
+//! app.update(); // the frame ends: every thread's per-frame memory is reset
 //! ```
 //!
 //! - [`Scratch`]: a system parameter with an arena of its own for the run's temporaries.
@@ -26,7 +26,7 @@
 //!   [`FrameMemory`] (frame N's data through frame N+1, with `FrameHandle`s): the shared
 //!   arenas as resources.
 //! - [`reset_frame_arenas_system`] in [`MemorySystems::Reset`] (`Last`): every thread's
-//!   frame memory reset at the frame's end; [`FrameMemoryStats`] and Bevy diagnostics.
+//!   frame memory reset at the frame's end; [`MemoryStats`] and Bevy diagnostics.
 //! - [`MemoryLedger`]: the tag ledger's snapshot at each frame's end, a diagnostic per
 //!   top-level tag, and optionally a per-frame CSV.
 
@@ -44,7 +44,10 @@ pub use resources::{
     EngineMemory, FRAME_MEMORY_TRIM_AFTER_RESETS, FrameMemory, GameMemory, ResetGameArena,
 };
 pub use scratch::{
-    Scratch, ScratchArenas, ScratchBatches, ScratchFrame, ScratchTag, TaggedScratch,
+    Scratch, ScratchArenas, ScratchBatches, ScratchFrameStats, ScratchTag, TaggedScratch,
     TaggedScratchArenas,
 };
-pub use stats::{FrameMemoryStats, MemoryBudgets, PoolUsage, paths};
+pub use stats::{MemoryBudgets, MemoryStats, PoolUsage, paths};
+
+#[allow(deprecated)]
+pub use crate::deprecated::{FrameMemoryStats, ScratchFrame};

@@ -1,4 +1,15 @@
-//! `MemoryPlugin` and the frame-end reset.
+//! `MemoryPlugin` and the frame end.
+//!
+//! The plugin inserts the resources (`ScratchArenas`, `EngineMemory`, `GameMemory`,
+//! `FrameMemory`, `MemoryStats`, `MemoryBudgets`, `MemoryLedger`), registers the
+//! diagnostics, wraps the systems for heap attribution (`attribution`), and adds
+//! [`reset_frame_arenas_system`] to `Last` in [`MemorySystems::Reset`]. That system is
+//! exclusive: it ends the scratch owners' frames (taking back the arenas of forgotten
+//! items, trimming idle ones every 8 frames), swaps `FrameMemory` (whose buffers trim after
+//! 30 oversized resets, about 60 frames), ends the thread arenas' frame, runs
+//! `maintain_global_pools` and records `MemoryStats`. It is a safe `fn(&mut World)` that
+//! relies on nothing but its `&mut World`; its parts run quietly and the budget warnings
+//! are told once, at its end.
 
 use std::path::PathBuf;
 
@@ -12,7 +23,7 @@ use super::resources::{
 };
 use super::scratch::{ScratchArenas, TaggedFrameEnds};
 use super::stats::{
-    FrameFigures, FrameMemoryStats, MemoryBudgets, publish_memory_diagnostics, register_diagnostics,
+    FrameFigures, MemoryBudgets, MemoryStats, publish_memory_diagnostics, register_diagnostics,
 };
 use crate::arena::ArenaConfig;
 use crate::error::PoolError;
@@ -29,7 +40,7 @@ use crate::per_thread::{
 /// - Sizes the three global pools (before anything uses them) and the per-thread frame
 ///   arenas.
 /// - Inserts the resources: [`ScratchArenas`] (behind the [`Scratch`](super::Scratch)
-///   parameter), [`EngineMemory`], [`GameMemory`], [`FrameMemory`], [`FrameMemoryStats`]
+///   parameter), [`EngineMemory`], [`GameMemory`], [`FrameMemory`], [`MemoryStats`]
 ///   and [`MemoryBudgets`]; registers the [`ResetGameArena`] message and the memory
 ///   diagnostics.
 /// - Sets the ledger's tag budgets (`tag_budgets`) and inserts [`MemoryLedger`], the
@@ -41,7 +52,7 @@ use crate::per_thread::{
 /// ```standalone_crate
 /// use nebula_memory::Arena;
 /// use bevy_app::App;
-/// use nebula_memory::bevy::{FrameMemoryStats, MemoryPlugin, Scratch};
+/// use nebula_memory::bevy::{MemoryStats, MemoryPlugin, Scratch};
 ///
 /// let mut app = App::new();
 /// app.add_plugins(MemoryPlugin::default())
@@ -50,7 +61,7 @@ use crate::per_thread::{
 ///         assert_eq!(temp.len(), 1000);
 ///     });
 /// app.update();
-/// assert_eq!(app.world().resource::<FrameMemoryStats>().scratch_bytes, 4000);
+/// assert_eq!(app.world().resource::<MemoryStats>().scratch_bytes, 4000);
 /// ```
 #[derive(Clone, Debug)]
 pub struct MemoryPlugin {
@@ -59,7 +70,7 @@ pub struct MemoryPlugin {
     /// built before anything touches a global pool: if a pool already exists with another
     /// size, building the plugin panics, naming the pool, the size in force and the fix.
     pub pools: Option<GlobalPoolConfig>,
-    /// Capacity of each thread's frame arena (`thread_arena_alloc`).
+    /// Capacity of each thread arena (`thread_arena_alloc`).
     pub thread_arena_capacity: usize,
     /// Block sizing and trimming of the scratch arenas behind `Scratch` and
     /// `TaggedScratch` (default: 4 KiB first blocks,
@@ -110,9 +121,9 @@ impl Default for MemoryPlugin {
 /// ```standalone_crate
 /// use bevy_app::{App, Last};
 /// use bevy_ecs::prelude::*;
-/// use nebula_memory::bevy::{FrameMemoryStats, MemoryPlugin, MemorySystems};
+/// use nebula_memory::bevy::{MemoryStats, MemoryPlugin, MemorySystems};
 ///
-/// fn report(stats: Res<FrameMemoryStats>) {
+/// fn report(stats: Res<MemoryStats>) {
 ///     println!("{}", *stats);
 /// }
 /// let mut app = App::new();
@@ -159,7 +170,7 @@ impl Plugin for MemoryPlugin {
             .init_resource::<EngineMemory>()
             .init_resource::<GameMemory>()
             .insert_resource(FrameMemory::with_config(self.frame_memory))
-            .init_resource::<FrameMemoryStats>()
+            .init_resource::<MemoryStats>()
             .insert_resource(self.budgets)
             .add_message::<ResetGameArena>()
             .configure_sets(Last, MemorySystems::Reset)
@@ -218,11 +229,11 @@ fn apply_pool_sizes(pools: GlobalPoolConfig) {
 }
 
 /// The frame's end, for every thread at once: records the frame's figures in
-/// [`FrameMemoryStats`], then
+/// [`MemoryStats`], then
 /// - resets every [`Scratch`](super::Scratch) arena of every thread (and gives a spike's
 ///   memory back once the reset policy sees quiet frames);
 /// - swaps the double-buffered [`FrameMemory`] (frame N's data stays through frame N+1);
-/// - ends the frame for the per-thread frame arena of **every** thread that has one
+/// - ends the frame for the thread arena of **every** thread that has one
 ///   (`thread_arena_alloc`), Bevy's worker threads and any other: each is reset by its own
 ///   thread at that thread's next allocation (see [`end_thread_arena_frame`]);
 /// - runs the pools' maintenance ([`maintain_global_pools`]): freed pages go back to the OS
@@ -242,7 +253,7 @@ pub fn reset_frame_arenas_system(world: &mut World) {
         .map(|mut arenas| arenas.end_frame())
         .unwrap_or_default();
     TaggedFrameEnds::end_frames(world);
-    let frame_bytes = world
+    let frame_memory_bytes = world
         .get_resource_mut::<FrameMemory>()
         .map_or(0, |mut frames| frames.end_frame_quietly());
     let threads = all_thread_arenas_stats();
@@ -252,13 +263,13 @@ pub fn reset_frame_arenas_system(world: &mut World) {
         .get_resource::<MemoryBudgets>()
         .copied()
         .unwrap_or_default();
-    if let Some(mut stats) = world.get_resource_mut::<FrameMemoryStats>() {
+    if let Some(mut stats) = world.get_resource_mut::<MemoryStats>() {
         stats.record(
             FrameFigures {
                 scratch_bytes: scratch.peak_bytes,
                 scratch_arenas: scratch.arenas,
                 scratch_bytes_held: scratch.bytes_held,
-                frame_bytes,
+                frame_memory_bytes,
                 thread_arena_bytes: threads.bytes_used,
                 thread_arenas: threads.threads,
             },

@@ -12,15 +12,20 @@ use crate::global::created_pools;
 ///
 /// ```
 /// let budgets = nebula_memory::bevy::MemoryBudgets { scratch: 8 << 20, ..Default::default() };
-/// assert_eq!(budgets.frame, 0);
+/// assert_eq!(budgets.frame_memory, 0);
 /// ```
 #[derive(Resource, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryBudgets {
     /// Bytes of `Scratch` memory per frame (the sum of each scratch arena's peak).
     pub scratch: usize,
-    /// Bytes stored in the double-buffered frame memory per frame.
+    /// Bytes stored in [`FrameMemory`](super::FrameMemory) per frame.
+    pub frame_memory: usize,
+    /// The old name of `frame_memory`, still read when `frame_memory` is 0.
+    #[deprecated(
+        note = "renamed to `frame_memory`: a frame is a period, `FrameMemory` the resource"
+    )]
     pub frame: usize,
-    /// Bytes of the per-thread frame arenas (`thread_arena_alloc`) per frame, all threads.
+    /// Bytes of the thread arenas (`thread_arena_alloc`) per frame, all threads.
     pub thread_arenas: usize,
 }
 
@@ -37,17 +42,18 @@ pub struct PoolUsage {
     pub high_watermark: usize,
 }
 
-/// What the frame just ended took from the arenas and pools; updated by
-/// `reset_frame_arenas_system` in `Last` (read it in a system ordered after
+/// What the frame just ended took from the arenas and pools (scratch, `FrameMemory`, the
+/// thread arenas, the global pools); updated by `reset_frame_arenas_system` in `Last` (read
+/// it in a system ordered after
 /// [`MemorySystems::Reset`](crate::bevy::MemorySystems::Reset), or in the next frame).
 ///
 /// ```
-/// let stats = nebula_memory::bevy::FrameMemoryStats::default();
+/// let stats = nebula_memory::bevy::MemoryStats::default();
 /// assert_eq!(stats.frame, 0);
 /// println!("{stats}");
 /// ```
 #[derive(Resource, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FrameMemoryStats {
+pub struct MemoryStats {
     /// Frames ended so far.
     pub frame: u64,
     /// `Scratch` memory this frame: the sum over scratch arenas of the most each held.
@@ -59,15 +65,15 @@ pub struct FrameMemoryStats {
     /// Bytes of scratch-pool blocks the scratch arenas hold after the frame's reset: this
     /// app's share of the scratch pool, flat in a steady state.
     pub scratch_bytes_held: usize,
-    /// Bytes stored in the double-buffered frame memory this frame.
-    pub frame_bytes: usize,
-    /// The largest `frame_bytes` of any frame.
-    pub frame_high_watermark: usize,
-    /// Bytes of all threads' frame arenas (`thread_arena_alloc`) this frame.
+    /// Bytes stored in [`FrameMemory`](super::FrameMemory) this frame.
+    pub frame_memory_bytes: usize,
+    /// The largest `frame_memory_bytes` of any frame.
+    pub frame_memory_high_watermark: usize,
+    /// Bytes of all threads' thread arenas (`thread_arena_alloc`) this frame.
     pub thread_arena_bytes: usize,
     /// The largest `thread_arena_bytes` of any frame.
     pub thread_arena_high_watermark: usize,
-    /// Threads with a frame arena.
+    /// Threads with a thread arena.
     pub thread_arenas: usize,
     /// The engine, game and scratch pools.
     pub pools: [PoolUsage; 3],
@@ -79,20 +85,26 @@ pub struct FrameMemoryStats {
     pub heap_fallbacks: u64,
     /// Heap-fallback blocks since the process started.
     pub heap_fallbacks_total: u64,
+    /// The old name of `frame_memory_bytes` (the same figure).
+    #[deprecated(note = "renamed to `frame_memory_bytes`")]
+    pub frame_bytes: usize,
+    /// The old name of `frame_memory_high_watermark` (the same figure).
+    #[deprecated(note = "renamed to `frame_memory_high_watermark`")]
+    pub frame_high_watermark: usize,
 }
 
-impl std::fmt::Display for FrameMemoryStats {
+impl std::fmt::Display for MemoryStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "frame {}: scratch {} (peak {}, {} arenas), frame data {} (peak {}), thread \
+            "frame {}: scratch {} (peak {}, {} arenas), frame memory {} (peak {}), thread \
              arenas {} (peak {})",
             self.frame,
             Bytes(self.scratch_bytes),
             Bytes(self.scratch_high_watermark),
             self.scratch_arenas,
-            Bytes(self.frame_bytes),
-            Bytes(self.frame_high_watermark),
+            Bytes(self.frame_memory_bytes),
+            Bytes(self.frame_memory_high_watermark),
             Bytes(self.thread_arena_bytes),
             Bytes(self.thread_arena_high_watermark),
         )?;
@@ -118,22 +130,27 @@ pub(crate) struct FrameFigures {
     pub(crate) scratch_bytes: usize,
     pub(crate) scratch_arenas: usize,
     pub(crate) scratch_bytes_held: usize,
-    pub(crate) frame_bytes: usize,
+    pub(crate) frame_memory_bytes: usize,
     pub(crate) thread_arena_bytes: usize,
     pub(crate) thread_arenas: usize,
 }
 
-impl FrameMemoryStats {
+impl MemoryStats {
     /// Takes in a frame's figures and the pools' state, then logs: a DEBUG event with the
     /// figures, a WARN event for each figure past 90% of its budget or pool capacity.
+    #[allow(deprecated)] // fills the old names, and reads the old budget field
     pub(crate) fn record(&mut self, figures: FrameFigures, budgets: &MemoryBudgets) {
         self.frame += 1;
         self.scratch_bytes = figures.scratch_bytes;
         self.scratch_high_watermark = self.scratch_high_watermark.max(figures.scratch_bytes);
         self.scratch_arenas = figures.scratch_arenas;
         self.scratch_bytes_held = figures.scratch_bytes_held;
-        self.frame_bytes = figures.frame_bytes;
-        self.frame_high_watermark = self.frame_high_watermark.max(figures.frame_bytes);
+        self.frame_memory_bytes = figures.frame_memory_bytes;
+        self.frame_memory_high_watermark = self
+            .frame_memory_high_watermark
+            .max(figures.frame_memory_bytes);
+        self.frame_bytes = self.frame_memory_bytes;
+        self.frame_high_watermark = self.frame_memory_high_watermark;
         self.thread_arena_bytes = figures.thread_arena_bytes;
         self.thread_arena_high_watermark = self
             .thread_arena_high_watermark
@@ -164,17 +181,21 @@ impl FrameMemoryStats {
         tracing::debug!(
             frame = self.frame,
             scratch_bytes = self.scratch_bytes,
-            frame_bytes = self.frame_bytes,
+            frame_memory_bytes = self.frame_memory_bytes,
             thread_arena_bytes = self.thread_arena_bytes,
             exhaustions = self.exhaustions,
             heap_fallbacks = self.heap_fallbacks,
             "{self}"
         );
+        let frame_memory_budget = match budgets.frame_memory {
+            0 => budgets.frame,
+            set => set,
+        };
         for (what, used, budget) in [
             ("scratch", self.scratch_bytes, budgets.scratch),
-            ("frame data", self.frame_bytes, budgets.frame),
+            ("frame", self.frame_memory_bytes, frame_memory_budget),
             (
-                "thread arenas",
+                "thread arena",
                 self.thread_arena_bytes,
                 budgets.thread_arenas,
             ),
@@ -219,9 +240,14 @@ pub mod paths {
     /// `Scratch` bytes per frame.
     pub const SCRATCH_BYTES: DiagnosticPath =
         DiagnosticPath::const_new("nebula_memory/scratch_bytes");
-    /// Double-buffered frame memory bytes per frame.
-    pub const FRAME_BYTES: DiagnosticPath = DiagnosticPath::const_new("nebula_memory/frame_bytes");
-    /// Per-thread frame arena bytes per frame (all threads).
+    /// [`FrameMemory`](crate::bevy::FrameMemory) bytes per frame (the path keeps its first
+    /// spelling, `frame_bytes`, for the dashboards that read it).
+    pub const FRAME_MEMORY_BYTES: DiagnosticPath =
+        DiagnosticPath::const_new("nebula_memory/frame_bytes");
+    /// The old name of [`FRAME_MEMORY_BYTES`].
+    #[deprecated(note = "renamed to `FRAME_MEMORY_BYTES`")]
+    pub const FRAME_BYTES: DiagnosticPath = FRAME_MEMORY_BYTES;
+    /// Thread arena bytes per frame (`thread_arena_alloc`, all threads).
     pub const THREAD_ARENA_BYTES: DiagnosticPath =
         DiagnosticPath::const_new("nebula_memory/thread_arena_bytes");
     /// Engine pool bytes in use.
@@ -241,7 +267,7 @@ pub mod paths {
 pub(crate) fn register_diagnostics(app: &mut bevy_app::App) {
     for path in [
         paths::SCRATCH_BYTES,
-        paths::FRAME_BYTES,
+        paths::FRAME_MEMORY_BYTES,
         paths::THREAD_ARENA_BYTES,
         paths::ENGINE_POOL_IN_USE,
         paths::GAME_POOL_IN_USE,
@@ -255,7 +281,7 @@ pub(crate) fn register_diagnostics(app: &mut bevy_app::App) {
 /// Publishes the frame's figures as Bevy diagnostics.
 pub(crate) fn publish_memory_diagnostics(
     mut diagnostics: Diagnostics,
-    stats: Res<FrameMemoryStats>,
+    stats: Res<MemoryStats>,
     ledger: Option<Res<super::MemoryLedger>>,
 ) {
     if let Some(ledger) = ledger {
@@ -265,7 +291,7 @@ pub(crate) fn publish_memory_diagnostics(
     }
     let s = *stats;
     diagnostics.add_measurement(&paths::SCRATCH_BYTES, || s.scratch_bytes as f64);
-    diagnostics.add_measurement(&paths::FRAME_BYTES, || s.frame_bytes as f64);
+    diagnostics.add_measurement(&paths::FRAME_MEMORY_BYTES, || s.frame_memory_bytes as f64);
     diagnostics.add_measurement(&paths::THREAD_ARENA_BYTES, || s.thread_arena_bytes as f64);
     diagnostics.add_measurement(&paths::ENGINE_POOL_IN_USE, || s.pools[0].in_use as f64);
     diagnostics.add_measurement(&paths::GAME_POOL_IN_USE, || s.pools[1].in_use as f64);

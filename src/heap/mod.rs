@@ -8,7 +8,13 @@
 //! ([`owners`]), a radix tree keyed by the allocation's address: the pointer, the size and
 //! the alignment the inner allocator sees are the caller's (a request under 16 bytes is
 //! made 16), and the caller's bytes are the only bytes behind its pointer the allocator
-//! ever has. A `realloc` moves the entry with the allocation.
+//! ever has. A `realloc` takes the entry out while the inner allocator has the memory and
+//! puts it at the new address (or back at the old one if the move failed).
+//!
+//! **Each byte once.** Pool blocks are the ledger's arena figures, never heap: heap-fallback
+//! blocks and (under Miri) pool regions come from `System` directly, not through the
+//! tracker. The Bevy plugin charges each system's heap use to `systems/<name>` by wrapping
+//! the system (`bevy::attribution`).
 //!
 //! **The caller's pointer is a number here.** `dealloc` and `realloc` read its address
 //! and pass it back to the inner allocator, nothing else: no header before it, no trailer

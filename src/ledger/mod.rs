@@ -76,18 +76,20 @@
 //! assert_eq!(snap.tag("doc").unwrap().held, snap.tag("doc/physics").unwrap().held);
 //! ```
 
-mod events;
+mod event;
 mod heap;
 mod node;
+mod sink;
 mod snapshot;
 #[cfg(feature = "tracy")]
-mod tracy_sink;
+mod tracy;
 
-pub(crate) use events::send;
-pub use events::{LedgerEvent, record_events, take_recorded_events};
+pub use event::LedgerEvent;
 pub(crate) use node::{
     TagNode, UsedSlot, check_tag, emit_pending_warnings, node, warnings_pending,
 };
+pub(crate) use sink::send;
+pub use sink::{record_events, take_recorded_events};
 
 /// The heap id of `tag` (made on first use, its spelling leaked only then), for code that
 /// enters its scope often.
@@ -100,7 +102,7 @@ pub use heap::{TagScope, heap_tracking, heap_tracking_overhead, scope, set_heap_
 pub use snapshot::{LedgerSnapshot, TagFigures};
 #[cfg(feature = "tracy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tracy")))]
-pub use tracy_sink::{TracyEnd, TracyGuard, enable_tracy, tracy_events_sent};
+pub use tracy::{TracyEnd, TracyGuard, enable_tracy, tracy_events_sent};
 
 use crate::global;
 
@@ -114,7 +116,7 @@ pub mod tags {
     pub const SCRATCH: &str = "scratch";
     /// [`with_scratch`](crate::with_scratch)'s arenas.
     pub const WITH_SCRATCH: &str = "scratch/with_scratch";
-    /// The per-thread frame arenas of [`thread_arena_alloc`](crate::thread_arena_alloc).
+    /// The thread arenas of [`thread_arena_alloc`](crate::thread_arena_alloc).
     pub const THREAD_ARENAS: &str = "scratch/thread_arenas";
     /// The Bevy `Scratch` system parameter's arenas (unless their config names another).
     pub const SCRATCH_SYSTEMS: &str = "scratch/systems";
@@ -302,7 +304,7 @@ pub(crate) fn end_frame_into_quietly(snap: &mut LedgerSnapshot) {
             });
         }
     }
-    if events::frame_marks() {
+    if event::frame_marks() {
         send(|| LedgerEvent::FrameMark);
     }
 }

@@ -5,6 +5,20 @@
 //! `&'static TagNode`s. Every counter of a node covers the node and its children: a block
 //! charged to `"render/meshing"` is added to `"render/meshing"` and to `"render"` when it
 //! is taken, so a snapshot reads figures and never adds them up.
+//!
+//! **Charging.** The chain's `take_block`, `take_from_heap` and `release` charge or
+//! uncharge the whole block on the node and every parent. A hard budget is checked in the
+//! same call: add, then undo on refusal, so two threads cannot both slip under it (one
+//! read-modify-write of `total`); the pool's rounding is settled once the block came, at
+//! most 47 bytes. Pools keep `charged` for the untagged rest. A warn budget's crossing is
+//! recorded here and told after the chain lock is released, like every event.
+//!
+//! **Used.** What an arena uses is a plain store, at reset and on a new block, into a
+//! [`UsedSlot`] of the arena's own, on cache lines of its own (a system's batch arenas
+//! reset on several threads at once); a snapshot adds the slots up.
+//!
+//! A tag's heap id is given when its node is made, never inside an allocation (the heap
+//! tracker's charge path must not allocate).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};

@@ -1,5 +1,10 @@
 //! A snapshot of the ledger: every tag's figures at one moment, as a value that prints as
 //! a tree table and writes CSV rows.
+//!
+//! Filling one reads each node's own figures once, then one pass from the last node to
+//! the first adds each into its parent (the registry only grows, parents before children):
+//! O(tags × threads) for the heap shards, O(tags) for the rest. A snapshot refilled each
+//! frame keeps its tree order and recomputes it only when tags were added.
 
 use std::fmt;
 use std::io;

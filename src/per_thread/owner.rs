@@ -10,7 +10,7 @@
 //!   thread takes a free one. A system runs on one thread at a time, so a system's scratch
 //!   needs as many arenas as it has claims alive at once (its item, and one batch per
 //!   thread of a `par_iter`), not one per thread it ever ran on: an arena per thread held
-//!   four times what a system needed on a 4-thread pool.
+//!   four times what a system needed on a 4-thread compute pool.
 //!
 //! A shared owner's frame end ([`ScratchOwner::end_frame`], reached through `&mut` on its
 //! resource, so no item of it is alive) takes back the arenas of items that were
@@ -24,7 +24,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use super::scratch::{NOT_RECLAIMED, SCRATCH_IDLE_PASSES, Slot, trim_if_oversized};
+use super::slot::{NOT_RECLAIMED, SCRATCH_IDLE_PASSES, Slot, trim_if_oversized};
 use crate::arena::ArenaConfig;
 
 /// Who scratch arenas belong to (see the module docs).
@@ -121,7 +121,7 @@ impl ScratchOwner {
                 return Arc::clone(slot);
             }
         }
-        let slot = Slot::new_busy(self, claimed_in);
+        let slot = Slot::new_busy(self.config, self.id, claimed_in);
         list.push(Arc::clone(&slot));
         self.shared_arenas.store(list.len(), Relaxed);
         slot
@@ -139,7 +139,7 @@ impl ScratchOwner {
         };
         let mut list = list.lock();
         while list.len() < arenas {
-            list.push(Slot::new_free(self));
+            list.push(Slot::new_free(self.config, self.id));
         }
         self.shared_arenas.store(list.len(), Relaxed);
     }

@@ -29,160 +29,22 @@
 //! and figures published in atomics when an arena is freed. (A Bevy owner's slots are
 //! outside every stack and claimed by any thread, through the same state: see `owner`.)
 
-use std::cell::{Cell, OnceCell, UnsafeCell};
+use std::cell::{Cell, OnceCell};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, LazyLock, Weak};
 
 use parking_lot::Mutex;
 
 use super::owner::ScratchOwner;
-use crate::arena::{ArenaConfig, MemoryArena, block_need};
+use super::slot::{NOT_RECLAIMED, SCRATCH_IDLE_PASSES, Slot, slot_ptr, trim_if_oversized};
+use crate::arena::{ArenaConfig, MemoryArena};
 use crate::global::scratch_pool;
-
-/// The length, in calls of [`maintain_global_pools`](crate::maintain_global_pools), of the
-/// window over which a scratch arena (of [`with_scratch`] or of a Bevy `Scratch`) must have
-/// needed the memory it holds: 8. At the end of each window, a free arena that was idle, or
-/// held more than twice what its busiest claim of the window used, gives all of it back.
-/// Where the Bevy plugin maintains once a frame, a spike's memory is back within 16 frames.
-pub const SCRATCH_IDLE_PASSES: u64 = 8;
-
-const FREE: u8 = 0;
-const BUSY: u8 = 1;
-const TRIMMING: u8 = 2;
 
 /// Maintenance passes so far: the clock of idle trimming.
 static PASSES: AtomicU64 = AtomicU64::new(0);
-
-/// One scratch arena of one thread's stack.
-pub(crate) struct Slot {
-    /// `FREE`, `BUSY` or `TRIMMING`: whoever moved it out of `FREE` (with a compare-and-
-    /// swap) has the arena to itself until it stores `FREE` again.
-    state: AtomicU8,
-    arena: UnsafeCell<MemoryArena<'static>>,
-    /// The owner's id: only its scopes claim this arena.
-    owner_id: u64,
-    /// The owner, to notice it is gone (then the arena is removed at the next trim).
-    owner: Weak<ScratchOwner>,
-    /// The owner's frame in which a Bevy item claimed the arena, or [`NOT_RECLAIMED`] for a
-    /// claim that no frame end may take back (a scope, a batch). Written by the claimer,
-    /// read by a shared owner's frame end (`&mut` on its resource).
-    pub(super) claimed_in: AtomicU64,
-    /// Published when the arena is freed or trimmed, for other threads' figures: bytes of
-    /// blocks held, and the largest `bytes_used` of one claim since the owner last asked.
-    pub(super) held: AtomicUsize,
-    pub(super) peak: AtomicUsize,
-    /// The largest `bytes_used` of one claim in the current trim window.
-    window_peak: AtomicUsize,
-}
-
-// SAFETY: the arena (`Send`) is used only by whoever holds the slot's state out of `FREE`
-// (the compare-and-swap that takes it is `Acquire`, the store that gives it back `Release`,
-// so each holder sees the last one's writes), on whichever thread. Everything else is
-// atomic or immutable.
-unsafe impl Sync for Slot {}
-// SAFETY: as above: nothing in a slot is bound to a thread.
-unsafe impl Send for Slot {}
-
-impl Slot {
-    /// A new arena of `owner`, claimed (busy) with `claimed_in`.
-    pub(super) fn new_busy(owner: &Arc<ScratchOwner>, claimed_in: u64) -> Arc<Slot> {
-        Self::new(owner, BUSY, claimed_in)
-    }
-
-    /// A new free arena of `owner`.
-    pub(super) fn new_free(owner: &Arc<ScratchOwner>) -> Arc<Slot> {
-        Self::new(owner, FREE, NOT_RECLAIMED)
-    }
-
-    fn new(owner: &Arc<ScratchOwner>, state: u8, claimed_in: u64) -> Arc<Slot> {
-        Arc::new(Slot {
-            state: AtomicU8::new(state),
-            arena: UnsafeCell::new(MemoryArena::with_config(scratch_pool(), owner.config)),
-            owner_id: owner.id,
-            owner: Arc::downgrade(owner),
-            claimed_in: AtomicU64::new(claimed_in),
-            held: AtomicUsize::new(0),
-            peak: AtomicUsize::new(0),
-            window_peak: AtomicUsize::new(0),
-        })
-    }
-
-    /// Moves the slot from free to busy: the caller has the arena to itself until it frees
-    /// it. `false` if it was not free.
-    pub(super) fn try_claim(&self) -> bool {
-        self.state
-            .compare_exchange(FREE, BUSY, Acquire, Relaxed)
-            .is_ok()
-    }
-
-    /// Whether a claim holds the slot.
-    pub(super) fn is_busy(&self) -> bool {
-        self.state.load(Acquire) == BUSY
-    }
-
-    /// Takes back a busy slot whose claimer is gone: resets and frees it.
-    ///
-    /// # Safety
-    /// The slot is busy, and its claimer (and everything it handed out) is gone, so the
-    /// claim passes to the caller.
-    pub(super) unsafe fn reclaim(&self) {
-        // SAFETY: forwarded: the claim is the caller's, nothing of the arena is in use.
-        unsafe { self.free() }
-    }
-
-    /// The arena. Only for the holder of the slot's state.
-    ///
-    /// # Safety
-    /// The caller moved the state out of `FREE` and has not given it back, and holds no
-    /// other reference from this function.
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn arena(&self) -> &mut MemoryArena<'static> {
-        // SAFETY: per the contract, the caller has the arena to itself.
-        unsafe { &mut *self.arena.get() }
-    }
-
-    /// The arena, shared. Only for the holder of the slot's state.
-    ///
-    /// # Safety
-    /// The caller moved the state out of `FREE` and has not given it back, and holds no
-    /// reference from [`Slot::arena`].
-    pub(crate) unsafe fn shared_arena(&self) -> &MemoryArena<'static> {
-        // SAFETY: per the contract, nobody has the arena mutably.
-        unsafe { &*self.arena.get() }
-    }
-
-    /// Records a claim's peak for the figures and the trim window. Only the holder writes
-    /// larger values, so the read-modify-write is needed only when the peak is a new high
-    /// (another thread may reset `peak` to 0 meanwhile).
-    #[inline]
-    fn note_peak(&self, peak: usize) {
-        if peak > self.peak.load(Relaxed) {
-            self.peak.fetch_max(peak, Relaxed);
-        }
-        if peak > self.window_peak.load(Relaxed) {
-            self.window_peak.fetch_max(peak, Relaxed);
-        }
-    }
-
-    /// Resets the arena, publishes its figures and frees it.
-    ///
-    /// # Safety
-    /// The caller holds the slot busy and nothing allocated from the arena is used any
-    /// more.
-    unsafe fn free(&self) {
-        // SAFETY: forwarded from the caller.
-        let arena = unsafe { self.arena() };
-        self.note_peak(arena.peak_since_reset());
-        // Quietly: freeing runs in drops, also while unwinding, where user code must not
-        // run (a budget crossing stays pending for the next operation that reports).
-        arena.reset_quietly();
-        self.held.store(arena.bytes_held(), Relaxed);
-        self.state.store(FREE, Release);
-    }
-}
 
 /// The `with_scratch` owner.
 static WITH_SCRATCH: LazyLock<Arc<ScratchOwner>> = LazyLock::new(|| {
@@ -204,7 +66,14 @@ pub const SCRATCH_FIRST_BLOCK: usize = 4 * 1024;
 /// One thread's scratch arenas. The lock is the owner thread's on every claim
 /// (uncontended) and a maintaining thread's while it trims.
 struct Stack {
-    slots: Mutex<Vec<Arc<Slot>>>,
+    slots: Mutex<Vec<StackSlot>>,
+}
+
+/// A slot of a thread's stack, and its owner, to notice it is gone (then the slot is
+/// removed at the next trim).
+struct StackSlot {
+    slot: Arc<Slot>,
+    owner: Weak<ScratchOwner>,
 }
 
 /// Every live thread's stack, for trimming.
@@ -281,27 +150,20 @@ pub(crate) fn claim_held(owner: &Arc<ScratchOwner>, item: bool) -> Option<Arc<Sl
     })
 }
 
-/// The pointer to a slot that claims hand out: `Arc::as_ptr`'s, whose provenance covers the
-/// `Arc`'s counts too (so `claim_held` may take a count through it).
-pub(crate) fn slot_ptr(slot: &Arc<Slot>) -> NonNull<Slot> {
-    NonNull::new(Arc::as_ptr(slot).cast_mut()).expect("an Arc's pointer is not null")
-}
-
-/// `claimed_in` of a claim that is not a Bevy item's: a batch may live past its frame (in a
-/// thread-local, leaked), so a frame end must never make its arena look forgotten.
-pub(super) const NOT_RECLAIMED: u64 = u64::MAX;
-
 fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>) -> NonNull<Slot> {
     let mut slots = stack.slots.lock();
-    for slot in slots.iter().filter(|s| s.owner_id == owner.id) {
-        if slot.try_claim() {
-            return slot_ptr(slot);
+    for held in slots.iter().filter(|h| h.slot.owner_id == owner.id) {
+        if held.slot.try_claim() {
+            return slot_ptr(&held.slot);
         }
     }
-    let slot = Slot::new_busy(owner, NOT_RECLAIMED);
+    let slot = Slot::new_busy(owner.config, owner.id, NOT_RECLAIMED);
     owner.note_thread_arena(&slot);
     let claimed = slot_ptr(&slot);
-    slots.push(slot);
+    slots.push(StackSlot {
+        slot,
+        owner: Arc::downgrade(owner),
+    });
     claimed
 }
 
@@ -338,47 +200,18 @@ pub(crate) fn trim_idle() -> usize {
     let stacks = STACKS.lock();
     let mut given = 0;
     for stack in stacks.iter() {
-        stack.slots.lock().retain(|slot| {
-            if slot.owner.strong_count() == 0 {
-                // The owner (a Bevy resource) was dropped, which needs `&mut World`: no item
-                // of it is alive, busy or not. Dropping the slot gives its memory back.
-                given += slot.held.load(Relaxed);
+        stack.slots.lock().retain(|held| {
+            if held.owner.strong_count() == 0 {
+                // The owner is gone, so no scope of it runs (a scope borrows its owner's
+                // `Arc`; a batch holds its slot's own). Dropping the slot gives its memory
+                // back.
+                given += held.slot.held.load(Relaxed);
                 return false;
             }
-            given += trim_if_oversized(slot);
+            given += trim_if_oversized(&held.slot);
             true
         });
     }
-    given
-}
-
-/// Gives every block of `slot`'s arena back if it is free and was idle in the window ending
-/// now, or held more than twice what its busiest claim of the window needed and more than
-/// its first block; starts the slot's next window. Returns the bytes given back.
-pub(super) fn trim_if_oversized(slot: &Slot) -> usize {
-    if slot
-        .state
-        .compare_exchange(FREE, TRIMMING, Acquire, Relaxed)
-        .is_err()
-    {
-        return 0; // in use: its window goes on until a pass finds it free
-    }
-    let needed = slot.window_peak.swap(0, Relaxed);
-    // SAFETY: we moved the state out of `FREE`; a free arena holds nothing alive, and no
-    // other reference to it exists until we store `FREE` again.
-    let arena = unsafe { slot.arena() };
-    let held = arena.bytes_held();
-    // An idle arena gives everything back; a used one keeps its first block (plus a
-    // granule for the header and rounding) or twice its need, whichever is more.
-    let first = arena.config().first_block.saturating_add(4096);
-    let keep = block_need(needed).saturating_mul(2).max(first);
-    let mut given = 0;
-    if held > 0 && (needed == 0 || held > keep) {
-        given = held;
-        arena.reset_and_release();
-        slot.held.store(0, Relaxed);
-    }
-    slot.state.store(FREE, Release);
     given
 }
 

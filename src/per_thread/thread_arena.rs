@@ -1,10 +1,12 @@
-//! The per-thread frame arena: an arena for each thread, on the scratch pool, created on
-//! the thread's first [`thread_arena_alloc`] and given back when the thread exits.
+//! The thread arenas: an arena for each thread, on the scratch pool, created on the
+//! thread's first [`thread_arena_alloc`] and given back when the thread exits (the classic
+//! per-thread frame arena of engines; not a [`FrameArena`](crate::FrameArena)).
 //!
 //! Each takes memory as it uses it: a [`MemoryArena`] that starts with a 32 KiB block and
 //! grows through its chain like any other, capped at the capacity in force when it was made
-//! ([`set_thread_arena_capacity`]). So a thread that allocates little holds little, and the
-//! scratch pool serves as many threads as their use fits, not as many as their caps fit.
+//! ([`set_thread_arena_capacity`]; 4 MiB by default, a `held_limit` in its config refuses
+//! past it). So 64 threads that allocate a little hold a little each, and the scratch pool
+//! serves as many threads as their use fits, not as many as their caps fit.
 //!
 //! The classic API resets only the calling thread's arena ([`thread_arena_reset`]), so a
 //! frame-end reset running on one thread could never reach the others. Instead of reaching
@@ -34,10 +36,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 use parking_lot::Mutex;
 
 use crate::arena::{ArenaConfig, MemoryArena, Reports};
-use crate::frame::FrameArenaStats;
+use crate::frame_arena::FrameArenaStats;
 use crate::global::scratch_pool;
 
-/// The most each thread's frame arena may hold unless changed by
+/// The most each thread arena may hold unless changed by
 /// [`set_thread_arena_capacity`]: 4 MiB. An arena takes memory as it uses it (32 KiB
 /// first), so the cap costs nothing until a thread needs it: 64 threads allocating a few
 /// KiB a frame hold 32 KiB each, 2 MiB of the 64 MiB scratch pool. Past what the pool can
@@ -50,7 +52,7 @@ const FIRST_BLOCK: usize = 32 * 1024;
 
 static THREAD_ARENA_CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_THREAD_ARENA_CAPACITY);
 
-/// Sets the capacity (the cap on memory held) of thread frame arenas created from now on
+/// Sets the capacity (the cap on memory held) of thread arenas created from now on
 /// (threads that already have one keep theirs). O(1).
 ///
 /// ```
@@ -63,7 +65,7 @@ pub fn set_thread_arena_capacity(bytes: usize) {
 /// Frames ended so far (see [`end_thread_arena_frame`]).
 static FRAME: AtomicU64 = AtomicU64::new(0);
 
-/// One thread's frame arena, shared with the registry.
+/// One thread's arena, shared with the registry.
 struct ThreadArena {
     /// Used only by the owning thread, through `&` for allocation and `&mut` for resets.
     arena: UnsafeCell<MemoryArena<'static>>,
@@ -245,7 +247,7 @@ thread_local! {
     static THREAD_ARENA: OnceCell<Registered> = const { OnceCell::new() };
 }
 
-/// Allocates from the current thread's frame arena, creating it (a block of the scratch
+/// Allocates from the current thread's thread arena, creating it (a block of the scratch
 /// pool) on the thread's first call. `None` when the arena is full, the scratch pool cannot
 /// supply it, or the thread is shutting down. O(1).
 ///
@@ -300,7 +302,7 @@ pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
         .flatten()
 }
 
-/// Resets the current thread's frame arena now (a no-op if it has none). O(1).
+/// Resets the current thread's thread arena now (a no-op if it has none). O(1).
 ///
 /// # Safety
 /// No pointer returned by [`thread_arena_alloc`] on this thread is used afterwards.
@@ -328,7 +330,7 @@ pub unsafe fn thread_arena_reset() {
     });
 }
 
-/// Ends the frame for the frame arena of every thread: each thread's arena is reset **by
+/// Ends the frame for the thread arena of every thread: each thread's arena is reset **by
 /// its own thread**, at that thread's next [`thread_arena_alloc`] (see there for how long
 /// memory lives). Safe from any thread at any time: it writes nothing but the frame
 /// number, so it cannot free memory a thread is using or race with its allocations.
@@ -361,7 +363,7 @@ pub fn thread_arena_frame() -> u64 {
     FRAME.load(Acquire)
 }
 
-/// The current thread's frame arena figures (as of the current frame), or `None` if the
+/// The current thread's thread arena figures (as of the current frame), or `None` if the
 /// thread has none yet. O(1).
 ///
 /// ```
@@ -377,7 +379,7 @@ pub fn thread_arena_stats() -> Option<FrameArenaStats> {
         .flatten()
 }
 
-/// Figures of every live thread's frame arena together, from [`all_thread_arenas_stats`].
+/// Figures of every live thread's thread arena together, from [`all_thread_arenas_stats`].
 ///
 /// ```
 /// let all = nebula_memory::all_thread_arenas_stats();
@@ -386,7 +388,7 @@ pub fn thread_arena_stats() -> Option<FrameArenaStats> {
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadArenasStats {
-    /// Threads with a frame arena.
+    /// Threads with a thread arena.
     pub threads: usize,
     /// Bytes allocated since each arena's last reset, summed.
     pub bytes_used: usize,
@@ -398,7 +400,7 @@ pub struct ThreadArenasStats {
     pub bytes_held: usize,
 }
 
-/// Every live thread's frame arena figures (as of the current frame), summed. While
+/// Every live thread's thread arena figures (as of the current frame), summed. While
 /// threads allocate, a snapshot that may lag. O(threads).
 ///
 /// ```

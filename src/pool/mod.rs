@@ -16,12 +16,27 @@
 //! - [`stats`]: the counters.
 //! - [`space`]: where the blocks live: one region reserved once ([`crate::vm`]), pages
 //!   committed as blocks are handed out; or, on the web, segments taken as needed.
+//!   [`spans`]: the pool's operations on them.
+//!
+//! **Invariants.** Blocks tile each span (the region, or a segment up to its sentinel) in
+//! address order. No two free blocks are adjacent, so releasing everything restores one
+//! range per span. A block is on a free list iff its magic is `MAGIC_FREE`.
+//! `in_use + free == capacity`. `largest_free` is computed the way `allocate_block`
+//! searches (a new segment included), so `allocate_block(stats().largest_free)` succeeds
+//! (absent other threads).
+//!
+//! **Bad input.** A request is refused with `ZeroSize`, `TooLarge` or `Exhausted` (counted,
+//! and a WARN in a `pool_exhausted` span that names the pool). A `free_block` of a foreign,
+//! misaligned, double-freed or corrupted block panics, naming the pool and the address,
+//! before anything is touched.
 
+mod footer;
 mod maintain;
 mod purge;
 mod quarantine;
 mod release;
 mod space;
+mod spans;
 mod stats;
 mod tlsf;
 
@@ -40,9 +55,9 @@ use crate::vm::Region;
 
 pub use stats::PoolStats;
 
+use footer::write_footer;
 use purge::Purge;
 use quarantine::Quarantine;
-use release::write_footer;
 pub(crate) use space::DEFAULT_SEGMENT;
 use space::Space;
 use tlsf::Tlsf;

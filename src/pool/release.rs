@@ -1,9 +1,13 @@
-//! Giving blocks back: `free_block`'s checks, the merge with free neighbours, and the
-//! boundary tags (footers) that make the merge O(1).
+//! Giving blocks back: `free_block`'s checks and the merge with free neighbours, O(1)
+//! through the boundary tags (`footer`): a freed block reads its successor's magic and its
+//! own `PREV_FREE` flag (then its predecessor's footer) and merges with whichever is free
+//! at once, so two free blocks are never adjacent. Neighbours are reached through the
+//! pool's own pointer to its region, never the caller's, which covers the block only.
 
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::footer::{previous_size, write_footer};
 use super::{MemoryPool, State};
 use crate::block::{
     BLOCK_ALIGN, DIRTY, HEADER, MAGIC_FREE, MAGIC_QUARANTINE, MAGIC_USED, MIN_BLOCK, MemoryBlock,
@@ -132,7 +136,7 @@ impl MemoryPool {
                 (*next).magic = 0;
             }
             if (*b).flags.load(Relaxed) & PREV_FREE != 0 {
-                let prev_size = footer(b);
+                let prev_size = previous_size(b);
                 let prev = b.cast::<u8>().sub(prev_size).cast::<MemoryBlock>();
                 debug_assert_eq!(
                     (*prev).magic,
@@ -173,27 +177,4 @@ impl MemoryPool {
             self.name
         )
     }
-}
-
-/// Writes `b`'s size into its last 8 bytes (the boundary tag of a free block).
-///
-/// # Safety
-/// `b` is a block of at least `MIN_BLOCK` bytes whose size field is set.
-pub(super) unsafe fn write_footer(b: *mut MemoryBlock) {
-    // SAFETY: the last 8 bytes of the block are inside it (size >= MIN_BLOCK) and 8-aligned.
-    unsafe {
-        let size = (*b).size;
-        let f = b.cast::<u8>().add(size - 8);
-        poison::expose(f, 8);
-        f.cast::<usize>().write(size);
-    }
-}
-
-/// Reads the footer of the free block just before `b`.
-///
-/// # Safety
-/// `b`'s `PREV_FREE` flag is set, so the 8 bytes before it are a free block's footer.
-unsafe fn footer(b: *mut MemoryBlock) -> usize {
-    // SAFETY: see the contract; the footer lies inside the region, before `b`.
-    unsafe { b.cast::<u8>().sub(8).cast::<usize>().read() }
 }

@@ -2,10 +2,11 @@
 //!
 //! A shared arena is a [`MemoryArena`] per thread: each thread that allocates gets its own
 //! slot (a cursor and a chain of blocks from the common pool) the first time it does, and
-//! bumps in it with no atomic read-modify-write and no lock. The pool's lock is taken only
-//! when a thread's block is full. This is the design of Unreal's concurrent linear
-//! allocator; a single block bumped with compare-and-swap by every thread was measured
-//! against it and loses (see the `workloads` bench, W6).
+//! bumps in it with no atomic read-modify-write and no lock, finding it through a one-entry
+//! thread-local cache (`LAST`). The pool's lock is taken only when a thread's block is
+//! full. This is the design of Unreal's concurrent linear allocator; a single block bumped
+//! with compare-and-swap by every thread was measured against it and loses: 4x slower on
+//! one thread and no scaling on two (the `workloads` bench, W6).
 //!
 //! The slots live in a [`ThreadLocal`], which gives each `SharedArena` its own per-thread
 //! storage and lets `reset(&mut self)` reach every thread's slot through `iter_mut`.
@@ -29,15 +30,17 @@
 //! allocated. A thread that exits leaves its part to the next new thread (and code that
 //! allocates late in a thread's exit borrows one of a few *late* parts for the length of
 //! one call, so those are reused too); a part nobody allocated from at 2 resets in a row
-//! gives its blocks back. This suits a fixed pool of worker threads (a job system, Bevy's
+//! gives its blocks back, as schedulers move work between threads (Bevy runs a system that
+//! stores to `FrameMemory` on any thread, and parts kept for every thread it ran on held
+//! several frames' worth). This suits a fixed pool of worker threads (a job system, Bevy's
 //! task pools); with threads that come and go quickly against a small pool, idle parts can
 //! hold blocks a new thread would need.
 //!
 //! [`engine_arena`] and [`game_arena`] are the process-wide shared arenas for engine- and
 //! level-lifetime data.
 
-mod double;
-mod level;
+mod double_buffered;
+mod global_arenas;
 mod stats;
 
 use std::alloc::Layout;
@@ -50,12 +53,12 @@ use parking_lot::Mutex;
 use thread_local::ThreadLocal;
 
 use crate::arena::{ArenaConfig, MemoryArena};
+use crate::arena_trait::Arena;
 use crate::error::AllocError;
-use crate::interface::Arena;
 use crate::pool::MemoryPool;
 
-pub use double::{DoubleBufferedArena, FrameHandle};
-pub use level::{GameArena, GameArenaGuard, engine_arena, game_arena};
+pub use double_buffered::{DoubleBufferedArena, FrameHandle};
+pub use global_arenas::{GameArena, GameArenaGuard, engine_arena, game_arena};
 
 /// One thread's part of a shared arena, on cache lines of its own (slots of one
 /// `ThreadLocal` bucket are adjacent in memory, and each thread writes its cursor on

@@ -94,20 +94,22 @@ impl<'pool> SharedArena<'pool> {
         self.generation
     }
 
-    /// Bytes requested with `tag` since the last reset, by all threads. O(threads × tags).
+    /// Bytes requested with `label` since the last reset, by all threads (see
+    /// [`MemoryArena::alloc_labelled`](crate::MemoryArena::alloc_labelled)).
+    /// O(threads × labels).
     ///
     /// ```
     /// use std::alloc::Layout;
     /// let arena = nebula_memory::SharedArena::new(nebula_memory::game_pool());
-    /// arena.with_this_thread(|mine| mine.alloc_tagged(Layout::new::<[u8; 24]>(), "physics"));
-    /// assert_eq!(arena.tag_bytes("physics"), 24);
+    /// arena.with_this_thread(|mine| mine.alloc_labelled(Layout::new::<[u8; 24]>(), "physics"));
+    /// assert_eq!(arena.label_bytes("physics"), 24);
     /// ```
-    pub fn tag_bytes(&self, tag: &str) -> usize {
-        self.sum_parts(|a| a.tag_bytes(tag))
+    pub fn label_bytes(&self, label: &str) -> usize {
+        self.sum_parts(|a| a.label_bytes(label))
     }
 
-    /// A snapshot of every counter, all threads added up (tags merged in first-use order
-    /// of the parts), printable with `{}`. O(threads × tags).
+    /// A snapshot of every counter, all threads added up (labels merged in first-use order
+    /// of the parts), printable with `{}`. O(threads × labels).
     ///
     /// ```
     /// use nebula_memory::Arena;
@@ -117,6 +119,7 @@ impl<'pool> SharedArena<'pool> {
     /// assert_eq!((stats.bytes_used, stats.block_count), (8, 1));
     /// println!("{stats}");
     /// ```
+    #[allow(deprecated)] // fills `tags`, the old name of `labels`
     pub fn stats(&self) -> ArenaStats {
         let mut total = ArenaStats {
             pool: self.pool.name(),
@@ -128,6 +131,7 @@ impl<'pool> SharedArena<'pool> {
             blocks_taken: 0,
             blocks_returned: 0,
             heap_blocks_taken: 0,
+            labels: Vec::new(),
             tags: Vec::new(),
         };
         self.fold_parts(&mut total, |total, part| {
@@ -139,14 +143,15 @@ impl<'pool> SharedArena<'pool> {
             total.blocks_taken += s.blocks_taken;
             total.blocks_returned += s.blocks_returned;
             total.heap_blocks_taken += s.heap_blocks_taken;
-            for (tag, n) in s.tags {
-                match total.tags.iter_mut().find(|(t, _)| *t == tag) {
+            for (label, n) in s.labels {
+                match total.labels.iter_mut().find(|(l, _)| *l == label) {
                     Some((_, m)) => *m += n,
-                    None => total.tags.push((tag, n)),
+                    None => total.labels.push((label, n)),
                 }
             }
             total
         });
+        total.tags = total.labels.clone();
         total
     }
 }

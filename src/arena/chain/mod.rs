@@ -9,12 +9,25 @@
 //! Blocks come from the arena's pool ([`Chain::take_block`]) or, with `heap_fallback`,
 //! from the system heap when the pool is exhausted ([`Chain::take_from_heap`]); they go
 //! back one at a time through [`Chain::release`], the single place where a block leaves an
-//! arena, called by the one walk that releases a list ([`Chain::release_list`]). Those
-//! three are where the ledger hooks in: a tagged chain charges each block to its tag (and
-//! the tag's budgets may refuse it) and tells the ledger's event sink.
+//! arena, called by the one walk that releases a list ([`Chain::release_list`]). They are
+//! the only places any arena kind (`FrameArena` is a one-block chain) takes a block from
+//! its pool or gives one back, the reset's replacement block included, and they count both
+//! (`ArenaStats::blocks_taken`, `blocks_returned`). Those three are where the ledger hooks
+//! in: a tagged chain charges each block to its tag (and the tag's budgets may refuse it)
+//! and tells the ledger's event sink.
+//!
+//! **Growth.** A request that does not fit enters the next spare, or a new block of
+//! `max(needed, clamp(bytes held, first_block, max_block))`, never more than the pool's
+//! largest block: each block is at least the sum of the previous ones, and one oversized
+//! request gets a block of its own. Only the refusal of the size the request needs counts
+//! as an exhaustion. With `heap_fallback` the block comes from the heap, sized by the same
+//! rule, and the episode is reported once until the pool serves the arena again.
+//!
+//! The chain runs under its lock, so it only records what a growth has to tell
+//! ([`Reports`], in `reports`); the outermost operation emits it as its last step.
 
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use super::config::ArenaConfig;
 use super::cursor::Cursor;
@@ -25,83 +38,11 @@ use crate::ledger::{self, LedgerEvent, TagNode, UsedSlot};
 use crate::poison;
 use crate::pool::MemoryPool;
 
+mod reports;
 mod rewind;
 
-/// Blocks taken from the system heap by any arena, ever (see [`heap_fallbacks`]).
-static HEAP_FALLBACKS: AtomicU64 = AtomicU64::new(0);
-
-/// How many blocks arenas with `heap_fallback` have taken from the system heap because
-/// their pool was exhausted, since the process started (each also logged a WARN event).
-/// O(1).
-///
-/// ```
-/// let before = nebula_memory::heap_fallbacks();
-/// assert!(nebula_memory::heap_fallbacks() >= before);
-/// ```
-pub fn heap_fallbacks() -> u64 {
-    HEAP_FALLBACKS.load(Ordering::Relaxed)
-}
-
-/// What the chain has to tell the outside world about a growth, told only once the
-/// whole operation that grew it is complete.
-///
-/// Reporting means calling `tracing`, and a subscriber is user code: it may allocate from
-/// this very arena on this very thread, reset or end a frame of another, or panic. Under
-/// the chain lock that would deadlock (the lock is not re-entrant); in the middle of a
-/// growth it would bump into a block the growth is about to record as full; and in the
-/// middle of a caller's operation (a `HotCursor` whose registers are not reloaded yet, a
-/// thread arena about to publish its figures) it would see, or unwind through, a state
-/// that is between two consistent ones. So the chain only *records* here, every layer
-/// passes the record up, and the outermost operation calls [`Reports::emit`] as its very
-/// last step, with everything written back.
-#[derive(Default)]
-#[must_use = "reports are emitted with `emit` once the operation is complete"]
-pub(crate) struct Reports {
-    /// The pool refused the block the arena needed (counted by the pool already).
-    exhausted: Option<crate::error::PoolError>,
-    /// The block came from the system heap instead (`heap_fallback`): the pool, the bytes
-    /// asked for and the pool's refusal.
-    heap_fallback: Option<(&'static str, usize, crate::error::PoolError)>,
-}
-
-impl Reports {
-    /// Whether [`emit`](Reports::emit) would run user code: an event of this operation, or
-    /// a budget crossing of any thread waiting to be reported.
-    #[inline]
-    pub(crate) fn pending(&self) -> bool {
-        self.exhausted.is_some() || self.heap_fallback.is_some() || ledger::warnings_pending()
-    }
-
-    /// Emits the recorded events (and budget crossings waiting to be reported). Runs user
-    /// code: call it only where the crate's state and the caller's are consistent, with no
-    /// lock of the crate held. O(1) when nothing is pending.
-    #[inline]
-    pub(crate) fn emit(self) {
-        if self.pending() {
-            self.emit_now();
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn emit_now(self) {
-        ledger::emit_pending_warnings();
-        if let Some(cause) = &self.exhausted {
-            crate::pool::report_exhausted(cause);
-        }
-        if let Some((name, bytes, cause)) = self.heap_fallback {
-            let so_far = heap_fallbacks();
-            tracing::warn!(
-                pool = name,
-                bytes,
-                heap_fallbacks = so_far,
-                "pool '{name}' refused ({cause}); arena falls back to the system heap for \
-                 {bytes} bytes ({so_far} heap blocks so far in this process; this arena's \
-                 further fallbacks are not reported until its pool serves it again)"
-            );
-        }
-    }
-}
+pub use reports::heap_fallbacks;
+pub(crate) use reports::{HEAP_FALLBACKS, Reports};
 
 /// The blocks of one arena. The pool they come from is passed in by the arena (a
 /// `Chain` holds no lifetime, so the arena stays covariant in its pool's lifetime even

@@ -80,7 +80,7 @@ impl Default for ScratchArenas {
 
 /// Figures of all scratch arenas at a frame's end, from [`ScratchArenas::end_frame`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ScratchFrame {
+pub struct ScratchFrameStats {
     /// Sum over the arenas of the most each held at once during the frame.
     pub peak_bytes: usize,
     /// Scratch arenas the owner holds (see [`ScratchArenas`] for how many).
@@ -93,11 +93,11 @@ pub struct ScratchFrame {
 ///
 /// # Safety
 /// No item that claimed one of `owner`'s arenas is alive (see `ScratchOwner::end_frame`).
-unsafe fn end_owner_frame(owner: &ScratchOwner) -> ScratchFrame {
+unsafe fn end_owner_frame(owner: &ScratchOwner) -> ScratchFrameStats {
     // SAFETY: passed on from the caller.
     unsafe { owner.end_frame() };
     let f = owner.figures();
-    ScratchFrame {
+    ScratchFrameStats {
         peak_bytes: f.peak_bytes,
         arenas: f.arenas,
         bytes_held: f.bytes_held,
@@ -135,7 +135,7 @@ impl ScratchArenas {
     /// let mut arenas = nebula_memory::bevy::ScratchArenas::default();
     /// assert_eq!(arenas.end_frame().peak_bytes, 0);
     /// ```
-    pub fn end_frame(&mut self) -> ScratchFrame {
+    pub fn end_frame(&mut self) -> ScratchFrameStats {
         // SAFETY: `&mut self`: every item borrows the resource, so none is alive.
         unsafe { end_owner_frame(&self.owner) }
     }
@@ -263,7 +263,7 @@ impl<T: ScratchTag> TaggedScratchArenas<T> {
     /// );
     /// assert_eq!(arenas.end_frame().arenas, 0);
     /// ```
-    pub fn end_frame(&mut self) -> ScratchFrame {
+    pub fn end_frame(&mut self) -> ScratchFrameStats {
         // SAFETY: `&mut self`: every item borrows the resource (through its world), so
         // none is alive.
         unsafe { end_owner_frame(&self.owner) }

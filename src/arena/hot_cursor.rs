@@ -30,8 +30,9 @@ use std::ptr::NonNull;
 
 use super::cursor::fit;
 use super::{MemoryArena, Reports};
+use crate::arena_trait::Arena;
 use crate::error::AllocError;
-use crate::interface::{Arena, alloc_failed};
+use crate::error::alloc_failed;
 use crate::poison;
 
 /// A [`MemoryArena`]'s bump position, held by the caller for a hot loop: allocation bumps

@@ -1,46 +1,15 @@
-//! `ArenaBox`: an owning handle to a value in an arena, for values with destructors.
+//! What an [`ArenaBox`] offers its holder: the value behind it (`Deref`, `DerefMut`,
+//! `Debug`), moved out ([`ArenaBox::into_inner`]) or leaked as a plain reference
+//! ([`ArenaBox::leak`]). The type itself, and its drop (the value's destructor, then the
+//! memory popped if it is still the arena's newest), stand beside the trait whose
+//! `alloc_boxed` makes it, in `arena`.
 
-use std::alloc::Layout;
 use std::fmt;
-use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
-use std::ptr::{self, NonNull};
 
-use super::Arena;
-
-/// An owning handle to a value in an arena, from [`Arena::alloc_boxed`]: dropping it runs
-/// the value's destructor. The memory itself comes back when the arena frees it (or at
-/// once, if it is still the newest allocation of an arena that can pop).
-///
-/// ```
-/// use nebula_memory::Arena;
-/// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
-/// let mut names = arena.alloc_boxed(vec![String::from("a")]);
-/// names.push("b".into());
-/// assert_eq!(names.len(), 2);
-/// drop(names); // the Vec and its Strings are freed here
-/// ```
-pub struct ArenaBox<'a, T: ?Sized, A: Arena + ?Sized> {
-    ptr: NonNull<T>,
-    arena: &'a A,
-    _owns: PhantomData<T>,
-}
+use super::arena::{Arena, ArenaBox};
 
 impl<'a, T, A: Arena + ?Sized> ArenaBox<'a, T, A> {
-    /// Writes `value` to `ptr` and owns it.
-    ///
-    /// # Safety
-    /// `ptr` is fresh memory of `T`'s layout from `arena`.
-    pub(super) unsafe fn new_in(ptr: NonNull<T>, value: T, arena: &'a A) -> Self {
-        // SAFETY: per the contract.
-        unsafe { ptr.write(value) };
-        ArenaBox {
-            ptr,
-            arena,
-            _owns: PhantomData,
-        }
-    }
-
     /// Moves the value out; the arena memory stays allocated until the arena frees it.
     /// O(1).
     ///
@@ -86,18 +55,6 @@ impl<T: ?Sized, A: Arena + ?Sized> DerefMut for ArenaBox<'_, T, A> {
     fn deref_mut(&mut self) -> &mut T {
         // SAFETY: as above, and `&mut self` makes the access unique.
         unsafe { self.ptr.as_mut() }
-    }
-}
-
-impl<T: ?Sized, A: Arena + ?Sized> Drop for ArenaBox<'_, T, A> {
-    fn drop(&mut self) {
-        // SAFETY: the box owns the initialised value; after dropping it the memory is dead,
-        // so popping it (if it is the newest allocation) is allowed.
-        unsafe {
-            let layout = Layout::for_value(self.ptr.as_ref());
-            ptr::drop_in_place(self.ptr.as_ptr());
-            self.arena.pop(self.ptr.cast(), layout);
-        }
     }
 }
 

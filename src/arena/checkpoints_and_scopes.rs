@@ -4,7 +4,13 @@
 //! pointer) plus the arena's id and generation. Rewinding frees everything allocated
 //! after it. A checkpoint from another arena, or from before a reset, is refused with a
 //! panic; one that lies *ahead* of the current position (the bytes after it were already
-//! given back by a pop or an earlier rewind) leaves the position where it is.
+//! given back by a pop or an earlier rewind) leaves the position where it is: a rewind
+//! never moves forward.
+//!
+//! `rewind` is `unsafe`: the caller promises that nothing allocated after the checkpoint is
+//! used again. Scopes ([`MemoryArena::scope`](crate::MemoryArena::scope),
+//! [`MemoryArena::scope_guard`](crate::MemoryArena::scope_guard)) are the safe form: they
+//! take `&mut self`, and everything allocated inside borrows the scope.
 
 use std::ops::Deref;
 

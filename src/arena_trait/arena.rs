@@ -1,53 +1,11 @@
-//! [`Arena`]: the one interface every arena of the crate speaks, and the typed helpers
-//! written once on top of it.
-//!
-//! An arena kind implements one method, [`Arena::try_alloc`] (and, where it can do
-//! better than the defaults, `alloc`, `pop` and `realloc`). Everything else (values,
-//! slices, strings, formatted text, [`ArenaBox`]) is a provided method here, so code that
-//! takes `&impl Arena` works with a [`MemoryArena`](crate::MemoryArena), a
-//! [`SharedArena`](crate::SharedArena), a [`FrameArena`](crate::FrameArena), the arena of
-//! [`with_scratch`](crate::with_scratch) and everything that derefs to one of them.
-//!
-//! **Errors, one rule.** Every helper has a `try_` form returning [`AllocError`] and a
-//! panicking form that panics with that error's message (it names the pool and the size).
-//!
-//! **Drop policy.** An arena frees memory without running destructors, so every helper
-//! here that returns a plain `&mut` refuses, **at compile time**, a type with drop glue
-//! (the build fails with a message pointing to [`Arena::alloc_boxed`]). `alloc_boxed`
-//! accepts any type and returns an [`ArenaBox`], which runs the destructor when dropped.
-
-mod boxed;
-mod growing;
-
 use std::alloc::Layout;
 use std::fmt;
+use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 
-use crate::error::AllocError;
-
-pub use boxed::ArenaBox;
-use growing::Growing;
-
-/// Fails the build when `$t` has drop glue: its destructor would never run.
-macro_rules! refuse_drop {
-    ($t:ty) => {
-        const {
-            assert!(
-                !std::mem::needs_drop::<$t>(),
-                "this type has a destructor, which an arena never runs: use alloc_boxed \
-                 (an ArenaBox drops its value)"
-            )
-        }
-    };
-}
-
-/// Panics with `e`'s message, at the caller of the failing helper.
-#[cold]
-#[inline(never)]
-#[track_caller]
-pub(crate) fn alloc_failed(e: &AllocError) -> ! {
-    panic!("nebula_memory: {e}")
-}
+use super::drop_check::refuse_drop;
+use super::growing::{Growing, Ops, Writer};
+use crate::error::{AllocError, alloc_failed, or_panic};
 
 /// The allocation interface of every arena kind: one required method, and the typed
 /// helpers as provided methods. Bring it into scope with `use nebula_memory::Arena;` (or
@@ -75,22 +33,6 @@ pub(crate) fn alloc_failed(e: &AllocError) -> ! {
 ///
 /// Implementing the one required method is all it takes, which is why the trait is
 /// `unsafe`: a safe `impl Arena` returning any pointer would let the helpers write there.
-///
-/// ```compile_fail,E0200
-/// // Without `unsafe`, an implementation does not compile: the helpers trust it.
-/// struct Liar;
-/// impl nebula_memory::Arena for Liar {
-///     fn try_alloc(
-///         &self,
-///         _: std::alloc::Layout,
-///     ) -> Result<std::ptr::NonNull<u8>, nebula_memory::AllocError> {
-///         Ok(std::ptr::NonNull::dangling())
-///     }
-///     fn pool_name(&self) -> &'static str {
-///         "liar"
-///     }
-/// }
-/// ```
 ///
 /// ```
 /// use nebula_memory::{Arena, MemoryArena, SharedArena, with_scratch};
@@ -138,10 +80,7 @@ pub unsafe trait Arena {
     #[inline]
     #[track_caller]
     fn alloc(&self, layout: Layout) -> NonNull<u8> {
-        match self.try_alloc(layout) {
-            Ok(p) => p,
-            Err(e) => alloc_failed(&e),
-        }
+        or_panic(self.try_alloc(layout))
     }
 
     /// Gives back the newest allocation (LIFO) if `ptr` is it, returning whether it was.
@@ -312,10 +251,7 @@ pub unsafe trait Arena {
     #[inline(always)]
     #[track_caller]
     fn alloc_with<T>(&self, f: impl FnOnce() -> T) -> &mut T {
-        match self.try_alloc_with(f) {
-            Ok(v) => v,
-            Err(e) => alloc_failed(&e),
-        }
+        or_panic(self.try_alloc_with(f))
     }
 
     /// Moves `value` into the arena behind an [`ArenaBox`], which drops it when the box
@@ -332,8 +268,16 @@ pub unsafe trait Arena {
     /// ```
     fn try_alloc_boxed<T>(&self, value: T) -> Result<ArenaBox<'_, T, Self>, (T, AllocError)> {
         match self.try_alloc(Layout::new::<T>()) {
-            // SAFETY: fresh memory of T's layout from this arena.
-            Ok(p) => Ok(unsafe { ArenaBox::new_in(p.cast(), value, self) }),
+            Ok(p) => {
+                let ptr = p.cast::<T>();
+                // SAFETY: fresh memory of T's layout from this arena; the box owns it now.
+                unsafe { ptr.write(value) };
+                Ok(ArenaBox {
+                    ptr,
+                    arena: self,
+                    _owns: PhantomData,
+                })
+            }
             Err(e) => Err((value, e)),
         }
     }
@@ -380,10 +324,7 @@ pub unsafe trait Arena {
     /// ```
     #[track_caller]
     fn alloc_slice<T: Copy>(&self, count: usize, value: T) -> &mut [T] {
-        match self.try_alloc_slice(count, value) {
-            Ok(v) => v,
-            Err(e) => alloc_failed(&e),
-        }
+        or_panic(self.try_alloc_slice(count, value))
     }
 
     /// A copy of `src`. O(len).
@@ -418,10 +359,7 @@ pub unsafe trait Arena {
     #[inline]
     #[track_caller]
     fn alloc_slice_copy<T: Copy>(&self, src: &[T]) -> &mut [T] {
-        match self.try_alloc_slice_copy(src) {
-            Ok(v) => v,
-            Err(e) => alloc_failed(&e),
-        }
+        or_panic(self.try_alloc_slice_copy(src))
     }
 
     /// A clone of every element of `src`. O(len).
@@ -448,10 +386,7 @@ pub unsafe trait Arena {
     /// ```
     #[track_caller]
     fn alloc_slice_clone<T: Clone>(&self, src: &[T]) -> &mut [T] {
-        match self.try_alloc_slice_clone(src) {
-            Ok(v) => v,
-            Err(e) => alloc_failed(&e),
-        }
+        or_panic(self.try_alloc_slice_clone(src))
     }
 
     /// A slice whose element `i` is `f(i)`. O(count).
@@ -492,10 +427,7 @@ pub unsafe trait Arena {
     /// ```
     #[track_caller]
     fn alloc_slice_fill_with<T>(&self, count: usize, f: impl FnMut(usize) -> T) -> &mut [T] {
-        match self.try_alloc_slice_fill_with(count, f) {
-            Ok(v) => v,
-            Err(e) => alloc_failed(&e),
-        }
+        or_panic(self.try_alloc_slice_fill_with(count, f))
     }
 
     /// Collects an iterator into a slice. The buffer grows at the top of the arena, in
@@ -518,7 +450,7 @@ pub unsafe trait Arena {
     ) -> Result<&mut [T], AllocError> {
         refuse_drop!(T);
         let iter = iter.into_iter();
-        let mut buf = Growing::<T, Self>::new(self);
+        let mut buf = Growing::<T, Self>::new(self, ops::<Self>());
         buf.reserve(iter.size_hint().0)?;
         for item in iter {
             buf.reserve(1)?;
@@ -537,10 +469,7 @@ pub unsafe trait Arena {
     /// ```
     #[track_caller]
     fn alloc_slice_from_iter<T>(&self, iter: impl IntoIterator<Item = T>) -> &mut [T] {
-        match self.try_alloc_slice_from_iter(iter) {
-            Ok(v) => v,
-            Err(e) => alloc_failed(&e),
-        }
+        or_panic(self.try_alloc_slice_from_iter(iter))
     }
 
     // ------------------------------------------------------------------ text
@@ -574,10 +503,7 @@ pub unsafe trait Arena {
     #[inline]
     #[track_caller]
     fn alloc_str(&self, s: &str) -> &mut str {
-        match self.try_alloc_str(s) {
-            Ok(v) => v,
-            Err(e) => alloc_failed(&e),
-        }
+        or_panic(self.try_alloc_str(s))
     }
 
     /// Formats `args` straight into the arena (`format!` without the heap). The text grows
@@ -597,7 +523,7 @@ pub unsafe trait Arena {
         if let Some(s) = args.as_str() {
             return self.try_alloc_str(s);
         }
-        let mut w = growing::Writer::new(self);
+        let mut w = Writer::new(self, ops::<Self>());
         if fmt::write(&mut w, args).is_err() {
             return Err(w
                 .error
@@ -617,9 +543,45 @@ pub unsafe trait Arena {
     /// ```
     #[track_caller]
     fn alloc_fmt(&self, args: fmt::Arguments<'_>) -> &mut str {
-        match self.try_alloc_fmt(args) {
-            Ok(v) => v,
-            Err(e) => alloc_failed(&e),
+        or_panic(self.try_alloc_fmt(args))
+    }
+}
+
+/// An owning handle to a value in an arena, from [`Arena::alloc_boxed`]: dropping it runs
+/// the value's destructor. The memory itself comes back when the arena frees it (or at
+/// once, if it is still the newest allocation of an arena that can pop).
+///
+/// ```
+/// use nebula_memory::Arena;
+/// let arena = nebula_memory::MemoryArena::new(nebula_memory::scratch_pool());
+/// let mut names = arena.alloc_boxed(vec![String::from("a")]);
+/// names.push("b".into());
+/// assert_eq!(names.len(), 2);
+/// drop(names); // the Vec and its Strings are freed here
+/// ```
+pub struct ArenaBox<'a, T: ?Sized, A: Arena + ?Sized> {
+    pub(super) ptr: NonNull<T>,
+    arena: &'a A,
+    _owns: PhantomData<T>,
+}
+
+impl<T: ?Sized, A: Arena + ?Sized> Drop for ArenaBox<'_, T, A> {
+    fn drop(&mut self) {
+        // SAFETY: the box owns the initialised value; after dropping it the memory is dead,
+        // so popping it (if it is the newest allocation) is allowed.
+        unsafe {
+            let layout = Layout::for_value(self.ptr.as_ref());
+            ptr::drop_in_place(self.ptr.as_ptr());
+            self.arena.pop(self.ptr.cast(), layout);
         }
+    }
+}
+
+/// `A`'s operations, for a growing buffer (see [`Ops`]).
+fn ops<A: Arena + ?Sized>() -> Ops<A> {
+    Ops {
+        alloc: A::try_alloc,
+        realloc: A::realloc,
+        pool_name: A::pool_name,
     }
 }

@@ -25,8 +25,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::SharedArena;
 use crate::arena::ArenaConfig;
+use crate::arena_trait::Arena;
 use crate::error::AllocError;
-use crate::interface::Arena;
 use crate::pool::MemoryPool;
 
 /// Source of buffer stamps: every buffer incarnation in the process gets a new one.

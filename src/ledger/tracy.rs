@@ -16,19 +16,19 @@ use std::collections::HashMap;
 use std::ffi::{CString, c_void};
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 use tracy_client::{Client, PlotConfiguration, PlotFormat, PlotName};
 
-use super::events::LedgerEvent;
+use super::event::{LedgerEvent, set_frame_marks, set_tracy};
 
 /// Where the receiver is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Sink {
+enum Receiver {
     /// No guard alive: nothing goes to Tracy.
     Off,
     /// `guards` guards alive: events go to the client.
@@ -38,19 +38,17 @@ enum Sink {
 }
 
 struct State {
-    sink: Sink,
+    receiver: Receiver,
     /// The thread on which `enable_tracy` started the client, if the crate started it.
     started_on: Option<ThreadId>,
 }
 
 /// The receiver's switch. Events are handed to Tracy under the read lock; every change of
-/// `sink` takes the write lock, so it waits for events in flight and none starts after.
+/// `receiver` takes the write lock, so it waits for events in flight and none starts after.
 static STATE: RwLock<State> = RwLock::new(State {
-    sink: Sink::Off,
+    receiver: Receiver::Off,
     started_on: None,
 });
-/// `sink` is `On`: the relaxed copy `events` reads for its one check on the block path.
-static ON: AtomicBool = AtomicBool::new(false);
 /// Events handed to the Tracy client so far.
 static SENT: AtomicU64 = AtomicU64::new(0);
 
@@ -67,31 +65,26 @@ struct Names {
 
 static NAMES: Mutex<Option<HashMap<&'static str, Names>>> = Mutex::new(None);
 
-/// Whether the receiver is on.
-pub(crate) fn is_on() -> bool {
-    ON.load(Relaxed)
-}
-
-/// One of `guards` guards is gone: the sink stays on for the rest, or turns off.
+/// One of `guards` guards is gone: the receiver stays on for the rest, or turns off.
 fn count_off(state: &mut State, guards: usize) {
     let rest = guards.saturating_sub(1);
-    let sink = if rest == 0 {
-        Sink::Off
+    let receiver = if rest == 0 {
+        Receiver::Off
     } else {
-        Sink::On { guards: rest }
+        Receiver::On { guards: rest }
     };
-    set_sink(state, sink);
+    set_receiver(state, receiver);
 }
 
-/// Sets `sink` (under the write lock) and everything derived from it.
-fn set_sink(state: &mut State, sink: Sink) {
-    state.sink = sink;
-    let on = matches!(sink, Sink::On { .. });
-    ON.store(on, Relaxed);
+/// Sets `receiver` (under the write lock) and everything derived from it.
+fn set_receiver(state: &mut State, receiver: Receiver) {
+    state.receiver = receiver;
+    let on = matches!(receiver, Receiver::On { .. });
     if !on {
-        super::events::set_frame_marks(false);
+        set_frame_marks(false);
     }
-    super::events::receiver_changed();
+    // The relaxed copy the ledger's sink reads for its one check on the block path.
+    set_tracy(on);
 }
 
 /// Starts the Tracy client (if no one has) and sends the ledger's events to it while the
@@ -115,20 +108,20 @@ fn set_sink(state: &mut State, sink: Sink) {
 #[track_caller]
 pub fn enable_tracy(frame_marks: bool) -> TracyGuard {
     let mut state = STATE.write();
-    let guards = match state.sink {
-        Sink::Stopped => panic!(
+    let guards = match state.receiver {
+        Receiver::Stopped => panic!(
             "ledger::enable_tracy after TracyGuard::shutdown: tracy-client cannot start a \
              stopped Tracy client again"
         ),
-        Sink::Off => 1,
-        Sink::On { guards } => guards.saturating_add(1),
+        Receiver::Off => 1,
+        Receiver::On { guards } => guards.saturating_add(1),
     };
     if !Client::is_running() {
         state.started_on = Some(std::thread::current().id());
     }
     let _client = Client::start();
-    set_sink(&mut state, Sink::On { guards });
-    super::events::set_frame_marks(frame_marks);
+    set_receiver(&mut state, Receiver::On { guards });
+    set_frame_marks(frame_marks);
     TracyGuard {
         _not_send: PhantomData,
     }
@@ -308,27 +301,27 @@ impl TracyGuard {
         let connected;
         {
             let mut state = STATE.write();
-            match state.sink {
-                Sink::Stopped => return TracyEnd::AlreadyStopped,
-                Sink::On { guards } => {
+            match state.receiver {
+                Receiver::Stopped => return TracyEnd::AlreadyStopped,
+                Receiver::On { guards } => {
                     if state.started_on != Some(std::thread::current().id()) {
                         count_off(&mut state, guards);
                         return TracyEnd::LeftRunning;
                     }
                 }
-                // A guard's existence keeps the sink on; kept for completeness.
-                Sink::Off => return TracyEnd::LeftRunning,
+                // A guard's existence keeps the receiver on; kept for completeness.
+                Receiver::Off => return TracyEnd::LeftRunning,
             }
-            // Asked while the client runs (the sink is not `Stopped` yet).
+            // Asked while the client runs (the receiver is not `Stopped` yet).
             connected = connected_in(&state);
             // From here no event reaches the client: the write lock waited for those in
             // flight, and every later one finds `Stopped` under the read lock.
-            set_sink(&mut state, Sink::Stopped);
+            set_receiver(&mut state, Receiver::Stopped);
         }
         // SAFETY: the client is running: the crate started it (on this thread, as Tracy's
-        // manual lifetime requires) and nobody stopped it (the sink was not `Stopped`, and
+        // manual lifetime requires) and nobody stopped it (the receiver was not `Stopped`, and
         // stopping it is what sets `Stopped`). The ledger sends nothing from now on (its
-        // sink is `Stopped`, set under the write lock after the last event in flight), and
+        // receiver is `Stopped`, set under the write lock after the last event in flight), and
         // the caller promises that nothing else in the process calls Tracy from now on.
         unsafe { tracy_client::sys::___tracy_shutdown_profiler() };
         if connected {
@@ -344,7 +337,7 @@ impl Drop for TracyGuard {
     /// being sent). The client keeps running.
     fn drop(&mut self) {
         let mut state = STATE.write();
-        if let Sink::On { guards } = state.sink {
+        if let Receiver::On { guards } = state.receiver {
             count_off(&mut state, guards);
         }
     }
@@ -365,11 +358,11 @@ fn connected() -> bool {
 
 /// [`connected`] with the state's lock held by the caller.
 fn connected_in(state: &State) -> bool {
-    match state.sink {
+    match state.receiver {
         // tracy-client asks the C client only when it runs.
-        Sink::Off | Sink::On { .. } => Client::is_connected(),
+        Receiver::Off | Receiver::On { .. } => Client::is_connected(),
         // The client is destroyed, though tracy-client believes it runs: never ask.
-        Sink::Stopped => false,
+        Receiver::Stopped => false,
     }
 }
 
@@ -400,7 +393,7 @@ fn with_names<R>(client: &Client, tag: &'static str, f: impl FnOnce(&mut Names) 
 /// it off waits for this call.
 pub(crate) fn receive(event: &LedgerEvent) {
     let state = STATE.read();
-    if !matches!(state.sink, Sink::On { .. }) {
+    if !matches!(state.receiver, Receiver::On { .. }) {
         return;
     }
     // `On` means the client runs: `enable_tracy` started it, and only a shutdown (which
@@ -412,7 +405,7 @@ pub(crate) fn receive(event: &LedgerEvent) {
         LedgerEvent::BlockTaken {
             tag, addr, bytes, ..
         } => with_names(&client, tag, |n| {
-            // SAFETY: the client runs and is not being stopped (the sink is `On`, read
+            // SAFETY: the client runs and is not being stopped (the receiver is `On`, read
             // under the lock a shutdown must take first). `n.pool` is a NUL-terminated
             // string that is never freed (Tracy keeps the pointer as the pool's name); the
             // address is only recorded, never read.

@@ -1,12 +1,14 @@
-//! `FrameArena` and the per-thread frame arena: the fixed-capacity per-frame arena API
-//! game code knows (`alloc` returning `Option`, `unsafe reset(&self)`).
+//! `FrameArena`: the fixed-capacity arena API game code knows (`alloc` returning `Option`,
+//! `unsafe reset(&self)`), named after its usual lifetime, a frame. Its user resets it; the
+//! crate's frame end does not.
 //!
 //! A `FrameArena` is a bump [`Cursor`] over the first `capacity` usable bytes of one block
 //! of a pool (the scratch pool unless told otherwise): the same bump path as every other
 //! arena of the crate. Its window starts 16-aligned (block data is); alignments of any size
 //! are honoured by aligning the address, with the padding counted in `bytes_used`.
 //!
-//! The per-thread frame arena built on it is in `crate::per_thread` ([`thread_arena_alloc`](crate::thread_arena_alloc)).
+//! The thread arenas of [`thread_arena_alloc`](crate::thread_arena_alloc) offer the same
+//! classic API per thread, on growing arenas (`crate::per_thread`).
 
 use std::alloc::Layout;
 use std::cell::Cell;
@@ -17,9 +19,9 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::arena::chain::{Chain, Reports};
 use crate::arena::cursor::Cursor;
+use crate::arena_trait::Arena;
 use crate::error::{AllocError, PoolError};
 use crate::global::scratch_pool;
-use crate::interface::Arena;
 use crate::poison;
 use crate::pool::MemoryPool;
 
@@ -287,7 +289,7 @@ impl std::fmt::Debug for FrameArena {
     }
 }
 
-/// Figures of one frame arena, from [`FrameArena::stats`] or
+/// Figures of one `FrameArena` or thread arena, from [`FrameArena::stats`] or
 /// [`thread_arena_stats`](crate::thread_arena_stats).
 ///
 /// ```
@@ -303,7 +305,7 @@ pub struct FrameArenaStats {
     pub bytes_used: usize,
     /// The most bytes ever in use at once.
     pub high_watermark: usize,
-    /// Usable bytes: the cap (a thread's frame arena grows up to it).
+    /// Usable bytes: the cap (a thread arena grows up to it).
     pub capacity: usize,
     /// Bytes of pool blocks held (header included).
     pub bytes_held: usize,

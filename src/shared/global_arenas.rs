@@ -3,12 +3,13 @@
 //! - [`engine_arena`]: data that lives as long as the engine (UI state, display and window
 //!   resources). It is never reset, so a `&'static` to it is sound and every allocation
 //!   from it lives for the rest of the process.
-//! - [`game_arena`]: the level's data, reset on level change. A process-wide arena that
-//!   can be reset needs proof that nothing still points into it. Here the proof is a
-//!   read-write lock: allocating goes through a read guard ([`GameArena::read`]), every
-//!   allocation borrows that guard, and [`GameArena::wait_and_reset`] takes the write lock, which
-//!   it gets only once every guard (and so every allocation) is gone. No `unsafe` contract
-//!   for the caller, at the cost of one uncontended lock acquisition per guard (not per
+//! - [`game_arena`]: the level's data, reset on level change. A process-wide arena that can
+//!   be reset needs proof that nothing still points into it. Here the proof is a read-write
+//!   lock: allocating goes through a read guard ([`GameArena::read`]), every allocation
+//!   borrows that guard, and [`GameArena::wait_and_reset`] takes the write lock, which it
+//!   gets only once every guard (and so every allocation) is gone (on a thread that holds a
+//!   guard itself it panics at once instead of waiting for ever). No `unsafe` contract for
+//!   the caller, at the cost of one uncontended lock acquisition per guard (not per
 //!   allocation).
 
 use std::cell::Cell;
