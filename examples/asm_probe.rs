@@ -661,14 +661,17 @@ pub fn w3_limit(limit: &Limit, n: usize) -> u32 {
     v[n / 2]
 }
 
-/// Minor page faults of this process so far.
+/// Minor page faults of this process so far (0 where the OS does not count them).
 fn minflt() -> i64 {
+    #[cfg(unix)]
     // SAFETY: `getrusage` fills the zeroed struct we pass.
     unsafe {
         let mut r: libc::rusage = std::mem::zeroed();
         libc::getrusage(libc::RUSAGE_SELF, &mut r);
         r.ru_minflt
     }
+    #[cfg(not(unix))]
+    0
 }
 
 /// W3 on `&MemoryArena`, on `&SharedArena` and on the floor, in alternating rounds: median

@@ -7,10 +7,20 @@
 //!
 //! Three back ends, chosen at compile time:
 //! - **unix** (not Miri): `mmap(PROT_READ | PROT_WRITE, MAP_NORESERVE)`. Pages become resident
-//!   when first touched, so [`Region::commit`] is free; `madvise(MADV_DONTNEED)` decommits.
-//! - **windows**: `VirtualAlloc(MEM_RESERVE)`, then `MEM_COMMIT` per range and
-//!   `VirtualFree(MEM_DECOMMIT)`.
-//! - **anything else, and Miri**: one `std::alloc` allocation; commit and decommit do nothing.
+//!   when first touched, so [`Region::commit`] is free. Linux: `MAP_NORESERVE` keeps a large
+//!   reservation out of the overcommit accounting; `madvise(MADV_DONTNEED)` decommits, at
+//!   once, and the pages read as zero. macOS ignores `MAP_NORESERVE` (it never charges
+//!   untouched pages) and takes `MADV_DONTNEED` as a hint (pages may stay resident), so
+//!   there and on the BSDs a fresh `mmap(MAP_FIXED)` over the range decommits instead.
+//!   (`MADV_FREE` would leave the pages counted until memory runs short.)
+//! - **windows**: `VirtualAlloc(MEM_RESERVE)` (the base is aligned to the 64 KiB allocation
+//!   granularity, the length to 4 KiB pages), then `MEM_COMMIT` per range before use and
+//!   `VirtualFree(MEM_DECOMMIT)`, which gives back the pages and their commit charge
+//!   (`MEM_RESET` would keep the charge); a decommitted page faults until committed again,
+//!   so the pool commits every block it hands out and never decommits a header's page.
+//! - **anything else (the web), and Miri**: one `std::alloc` allocation, zeroed; commit
+//!   and decommit do nothing. Reserving is allocating there ([`RESERVES`] is false), so
+//!   pools grow by segments.
 //!
 //! Only this module talks to the OS.
 
@@ -169,10 +179,31 @@ mod os {
         true
     }
 
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     pub(super) unsafe fn decommit(ptr: *mut u8, len: usize) {
         // SAFETY: the caller passes whole pages of our own mapping whose contents are dead;
-        // MADV_DONTNEED on a private anonymous mapping drops them and they read as zero later.
+        // on Linux, MADV_DONTNEED on a private anonymous mapping drops them at once and
+        // they read as zero later.
         unsafe { libc::madvise(ptr.cast(), len, libc::MADV_DONTNEED) };
+    }
+
+    /// Elsewhere (macOS, the BSDs) MADV_DONTNEED is only a hint: the pages may stay
+    /// resident, with their contents. A fresh mapping over the range (MAP_FIXED) drops them
+    /// at once, whatever the kernel, and they read as zero as on Linux.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    pub(super) unsafe fn decommit(ptr: *mut u8, len: usize) {
+        // SAFETY: whole pages of our own mapping whose contents are dead; the new mapping
+        // replaces exactly them with the same protection and flags.
+        unsafe {
+            libc::mmap(
+                ptr.cast(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
     }
 
     pub(super) unsafe fn protect(ptr: *mut u8, len: usize, accessible: bool) -> bool {

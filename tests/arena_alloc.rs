@@ -269,6 +269,7 @@ fn arena_box_runs_destructors_exactly_once() {
 fn assert_send<T: Send>() {}
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn arenas_move_between_threads() {
     assert_send::<MemoryArena<'static>>();
     let n = if cfg!(miri) { 5_000 } else { 100_000 };

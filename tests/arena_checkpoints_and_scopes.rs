@@ -79,6 +79,10 @@ fn rewind_to_an_empty_arena_checkpoint() {
 }
 
 #[test]
+#[cfg_attr(
+    target_family = "wasm",
+    ignore = "catches a panic: panics abort on wasm"
+)]
 fn stale_checkpoints_panic() {
     let pool = pool("stale");
     let mut arena = MemoryArena::new(&pool);
@@ -98,6 +102,10 @@ fn stale_checkpoints_panic() {
 }
 
 #[test]
+#[cfg_attr(
+    target_family = "wasm",
+    ignore = "catches a panic: panics abort on wasm"
+)]
 fn foreign_checkpoints_panic() {
     let pool = pool("mine");
     let mine = MemoryArena::new(&pool);
@@ -153,6 +161,10 @@ fn scopes_free_what_they_allocated() {
 }
 
 #[test]
+#[cfg_attr(
+    target_family = "wasm",
+    ignore = "catches a panic: panics abort on wasm"
+)]
 fn scopes_free_on_panic() {
     let pool = pool("scope-panic");
     let mut arena = MemoryArena::with_config(&pool, ArenaConfig::default().first_block(4 * KIB));

@@ -69,6 +69,7 @@ fn overflow<A: Arena + ?Sized>(a: &A) -> (AllocError, String) {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn every_arena_kind_runs_the_same_generic_code() {
     let pool = MemoryPool::new("trait", 16 << 20).unwrap();
     let static_pool = static_pool("trait_static");
@@ -100,6 +101,10 @@ fn every_arena_kind_runs_the_same_generic_code() {
 }
 
 #[test]
+#[cfg_attr(
+    target_family = "wasm",
+    ignore = "catches a panic: panics abort on wasm"
+)]
 fn one_error_rule_for_every_kind() {
     let pool = MemoryPool::new("trait_errors", 1 << 20).unwrap();
     let arena = MemoryArena::new(&pool);

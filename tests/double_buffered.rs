@@ -75,6 +75,7 @@ proptest! {
 /// Four threads store at once; the handles cross back to the main thread, which reads
 /// them this frame and the next, and finds them refused the frame after.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn parallel_stores_from_four_threads() {
     let per_thread: u64 = if cfg!(miri) { 50 } else { 10_000 };
     let pool = pool("double-parallel");

@@ -198,6 +198,7 @@ fn high_watermark_survives_reset() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn frame_arena_is_send() {
     let _serial = serial();
     fn assert_send<T: Send>() {}
@@ -221,6 +222,10 @@ fn frame_arena_is_send() {
 }
 
 #[test]
+#[cfg_attr(
+    target_family = "wasm",
+    ignore = "catches a panic: panics abort on wasm"
+)]
 fn frame_arenas_on_private_pools() {
     let _serial = serial();
     // A `'static` pool of our own, given back at the end so that leak checkers (Miri,
@@ -251,6 +256,7 @@ fn frame_arenas_on_private_pools() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn thread_arena_is_made_on_first_use_and_reset() {
     let _serial = serial();
     set_thread_arena_capacity(THREAD_CAPACITY);
@@ -323,6 +329,7 @@ fn worker(seed: u8) {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn thread_arenas_come_back_when_threads_exit() {
     let _serial = serial();
     set_thread_arena_capacity(THREAD_CAPACITY);
@@ -382,6 +389,7 @@ fn thread_arenas_come_back_when_threads_exit() {
 /// without its alignment padding is refused and leaves nothing behind, even where the
 /// arena's block has room for it.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_thread_arena_refuses_what_fits_only_without_its_padding() {
     let _serial = serial();
     set_thread_arena_capacity(THREAD_CAPACITY);

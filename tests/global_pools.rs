@@ -33,6 +33,7 @@ fn names_and_default_capacities() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn each_accessor_returns_one_pool_for_the_whole_process() {
     // Many threads racing for first use all get the same pool.
     let addresses: Vec<[usize; 3]> = std::thread::scope(|s| {
@@ -78,6 +79,7 @@ fn global_pools_hand_out_disjoint_blocks() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn global_pools_are_shared_between_threads() {
     // Every byte is checked one by one: smaller blocks under Miri.
     let unit = if cfg!(miri) { 16 } else { 1000 };

@@ -143,6 +143,7 @@ fn alloc_realloc_free_are_charged_to_the_allocating_tag() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_free_on_another_thread_credits_the_allocating_tag() {
     let _one = one_at_a_time();
     let heap = TrackingAllocator::new(Counting::new());
@@ -316,6 +317,7 @@ proptest! {
     /// bytes equal the model's, their sum equals what the inner allocator holds (sizes
     /// under 16 made 16), and freeing the rest brings every tag back where it was.
     #[test]
+    #[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
     fn tags_follow_a_model_across_four_threads(
         programs in proptest::collection::vec(
             proptest::collection::vec(op(), 1..if cfg!(miri) { 8 } else { 80 }),

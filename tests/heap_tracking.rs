@@ -35,6 +35,7 @@ fn heap_live(tag: &str) -> usize {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_scope_charges_its_tag_and_its_parents_and_a_free_anywhere_credits_it() {
     let v = {
         let _s = ledger::scope("ht/basic/leaf");
@@ -81,6 +82,7 @@ fn scopes_nest_and_restore_the_outer_tag() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_thread_that_exits_with_live_allocations_leaves_them_charged_until_freed() {
     let kept = std::thread::spawn(|| {
         let _s = ledger::scope("ht/exit");

@@ -85,6 +85,10 @@ fn blocks_are_charged_to_the_tag_and_its_parents() {
     miri,
     ignore = "hundreds of KiB poisoned byte by byte; the tagged block path runs under Miri in a_shared_arenas_threads_charge_one_tag"
 )]
+#[cfg_attr(
+    target_family = "wasm",
+    ignore = "catches a panic: panics abort on wasm"
+)]
 fn a_hard_budget_stops_a_runaway_tag_and_spares_its_sibling() {
     const LIMIT: usize = 512 * KIB;
     let pool = common::pool("ledger-limit");
@@ -354,6 +358,7 @@ fn the_event_sequence_of_take_grow_reset_and_trim() {
 
 /// A shared arena's parts all charge its tag, from every thread.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_shared_arenas_threads_charge_one_tag() {
     let pool = common::pool("ledger-shared");
     let shared = SharedArena::with_config(&pool, ArenaConfig::default().tag("t7/shared"));
@@ -439,6 +444,10 @@ fn a_refilled_snapshot_takes_in_new_tags() {
 
 /// A tag that is not a path of non-empty segments is refused where it is set.
 #[test]
+#[cfg_attr(
+    target_family = "wasm",
+    ignore = "catches a panic: panics abort on wasm"
+)]
 fn malformed_tags_are_refused_naming_the_field() {
     for bad in ["", "a//b", "/a", "a/"] {
         let msg = panic_message(|| {

@@ -13,6 +13,10 @@ use common::{KIB, panic_message};
 /// A subscriber that panics at the first of two warnings told together leaves the second
 /// pending, and the next call that tells warnings tells it (it was lost for good before).
 #[test]
+#[cfg_attr(
+    target_family = "wasm",
+    ignore = "catches a panic: panics abort on wasm"
+)]
 fn warnings_left_untold_by_a_panicking_subscriber_are_told_next_time() {
     let pool = common::pool("ledger-warn-panic");
     ledger::set_budget("t11", Budget::Warn(KIB));

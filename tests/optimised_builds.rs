@@ -36,6 +36,7 @@ fn a_vector_appended_to_another() {
 
 /// The shape of a worker's short job: a scope, a small vector collected and dropped.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_spawned_thread_collects_in_a_scope_and_drops() {
     let live = || {
         ledger::snapshot()

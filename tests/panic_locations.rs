@@ -19,6 +19,10 @@ fn panic_file(f: impl FnOnce()) -> String {
 }
 
 #[test]
+#[cfg_attr(
+    target_family = "wasm",
+    ignore = "catches a panic: panics abort on wasm"
+)]
 fn mistakes_are_reported_at_the_callers_line() {
     panic::set_hook(Box::new(|info| {
         *LOCATION.lock().unwrap() = info.location().map(|l| l.file().to_owned());

@@ -59,6 +59,7 @@ fn memory_arena() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn shared_arena_on_several_threads() {
     let pool = MemoryPool::new("ops_shared", 64 << 20).unwrap();
     let mut arena = SharedArena::with_config(&pool, config());

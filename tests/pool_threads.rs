@@ -146,6 +146,7 @@ fn churn(
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn four_threads_share_one_pool() {
     let pool = MemoryPool::new("threads", 16 << 20).unwrap();
     let tally = Tally::default();
@@ -161,6 +162,7 @@ fn four_threads_share_one_pool() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn four_threads_with_decommit_on_every_release() {
     // Retain limit 0 and no purge delay: every release runs a decommit pass over the dirty
     // free ranges while other threads' live blocks sit right next to them.
@@ -180,6 +182,7 @@ fn four_threads_with_decommit_on_every_release() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn many_threads_share_one_pool() {
     let threads = std::thread::available_parallelism().map_or(4, |n| n.get()) * 4;
     let pool = MemoryPool::new("many-threads", 32 << 20).unwrap();
@@ -197,6 +200,7 @@ fn many_threads_share_one_pool() {
 /// Blocks allocated on one thread and released on another, through a shared bag, so that
 /// the neighbours a release merges with belong to other threads.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn blocks_released_by_other_threads() {
     const THREADS: u64 = 4;
     let pool = MemoryPool::new("cross-threads", 16 << 20).unwrap();
@@ -240,6 +244,7 @@ fn blocks_released_by_other_threads() {
 /// `Arc` ownership and `'static` threads (not just scoped ones), each holding blocks while
 /// the others allocate.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn arc_shared_pool_with_static_threads() {
     let pool = std::sync::Arc::new(MemoryPool::new("arc", 8 << 20).unwrap());
     let tally = std::sync::Arc::new(Tally::default());

@@ -67,6 +67,10 @@ fn check_owned(pool: &MemoryPool, p: NonNull<u8>, len: usize, fill: u8) {
 /// arena, whose window was the new block by then: the next allocation got the sentinel's
 /// address.
 #[test]
+#[cfg_attr(
+    target_family = "wasm",
+    ignore = "catches a panic: panics abort on wasm"
+)]
 fn a_subscriber_that_panics_in_a_hot_cursor_refill_leaves_the_arena_whole() {
     let _serial = serial();
     let pool = MemoryPool::new("reentry-f1", 1 << 20).unwrap();
@@ -135,6 +139,7 @@ fn a_subscriber_may_allocate_through_the_hot_cursor_being_refilled() {
 /// both calls returned the same bytes (under Miri: a `&mut` made while a protected `&` was
 /// live).
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_subscriber_that_ends_the_frame_inside_thread_arena_alloc_gets_its_own_bytes() {
     let _serial = serial();
     // A thread of its own, so that its thread arena is new and takes its first block here.
@@ -175,6 +180,10 @@ fn a_subscriber_that_ends_the_frame_inside_thread_arena_alloc_gets_its_own_bytes
 /// subscriber that panicked there left the old stamp in place, so a handle into the freed
 /// frame still passed `get`.
 #[test]
+#[cfg_attr(
+    target_family = "wasm",
+    ignore = "catches a panic: panics abort on wasm"
+)]
 fn a_subscriber_that_panics_in_a_swap_leaves_no_stale_handle() {
     let _serial = serial();
     let pool = MemoryPool::new("reentry-swap", 4 << 20).unwrap();
@@ -614,6 +623,7 @@ fn drive_engine_and_game(mode: Mode) {
 /// each event, then with one that also panics: what each driver holds stays intact and
 /// disjoint from everything else, and every arena keeps working.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_subscriber_calling_back_into_every_entry_point_sees_only_consistent_arenas() {
     let _serial = serial();
     type Driver = fn(Mode);

@@ -32,6 +32,7 @@ fn log_to_engine_memory(_: &tracing::Event<'_>) {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_subscriber_may_allocate_from_the_exhausted_arena() {
     configure_global_pools(GlobalPoolConfig {
         engine: 4 * MIB,

@@ -55,6 +55,7 @@ fn addr<T: ?Sized>(x: &T) -> usize {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn nested_scopes_keep_outer_data() {
     isolated(|| {
         with_scratch(|a0| {
@@ -92,6 +93,7 @@ fn nested_scopes_keep_outer_data() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn memory_is_reclaimed_at_exit() {
     isolated(|| {
         let first = with_scratch(|a| addr(a.alloc_val(1u64)));
@@ -141,6 +143,7 @@ fn memory_is_reclaimed_at_exit() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_panic_in_an_inner_scope_leaves_the_outer_scope_intact() {
     isolated(|| {
         // Arenas are identified by address: one per depth.
@@ -201,6 +204,7 @@ fn a_panic_in_an_inner_scope_leaves_the_outer_scope_intact() {
 type Job = Box<dyn FnOnce() + Send>;
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_stolen_task_runs_inside_another_scope() {
     // One thread: the outer task holds scratch data while it runs a task taken from a
     // queue, which uses scratch space itself.
@@ -272,6 +276,7 @@ fn a_stolen_task_runs_inside_another_scope() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn many_threads_at_once() {
     // Under Miri, 4 threads of 3 iterations.
     let (threads, iterations) = if cfg!(miri) { (4, 3) } else { (8, 50) };
@@ -306,6 +311,7 @@ fn many_threads_at_once() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn thread_exit_gives_scratch_blocks_back() {
     let _serial = serial();
     let before = scratch_pool().stats();
@@ -366,6 +372,7 @@ thread_local! {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn scratch_during_thread_teardown() {
     let _serial = serial();
     let before = scratch_pool().stats().blocks_in_use;
@@ -387,6 +394,7 @@ fn scratch_during_thread_teardown() {
 /// dropping the batch frees its arena for the next claim. `with_scratch_stats` counts the
 /// arenas and the bytes they hold.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_scratch_batch_reuses_one_arena_for_many_scopes() {
     isolated(|| {
         use nebula_memory::{Arena, scratch_batch, with_scratch_stats};

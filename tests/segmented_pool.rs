@@ -149,6 +149,10 @@ fn a_segment_with_a_block_in_use_is_kept() {
 }
 
 #[test]
+#[cfg_attr(
+    target_family = "wasm",
+    ignore = "catches a panic: panics abort on wasm"
+)]
 fn foreign_and_double_frees_are_refused_with_a_message() {
     let pool = MemoryPool::segmented("seg-bad", 16 * MIB, MIB).unwrap();
     let a = pool.allocate_block(KIB).unwrap();
@@ -163,6 +167,54 @@ fn foreign_and_double_frees_are_refused_with_a_message() {
     let msg = panic_message(|| unsafe { pool.free_block(a) });
     assert!(msg.contains("double free"), "{msg}");
     assert!(pool.allocate_block(KIB).is_ok(), "the pool still works");
+}
+
+/// An arena that spilled over several blocks replaces them at its reset with one block:
+/// on a segmented pool it gives them all back first (so that the new block can reuse
+/// their memory), yet its tag's budget sees no dip, so no second crossing.
+#[test]
+fn a_replacement_at_reset_gives_every_block_back_first_and_is_no_new_crossing() {
+    use nebula_memory::{ArenaConfig, MemoryArena, ledger};
+    use std::sync::{Arc, Mutex};
+    let pool = MemoryPool::segmented("seg-replace", 64 * MIB, MIB).unwrap();
+    ledger::set_budget("seg/replaced", ledger::Budget::Warn(100 * KIB));
+    let warnings = Arc::new(Mutex::new(0usize));
+    let seen = Arc::clone(&warnings);
+    let subscriber = common::OnEvent(move |e: &tracing::Event<'_>| {
+        let mut text = String::new();
+        e.record(&mut |_: &tracing::field::Field, v: &dyn std::fmt::Debug| {
+            text.push_str(&format!("{v:?} "));
+        });
+        if *e.metadata().level() == tracing::Level::WARN && text.contains("seg/replaced") {
+            *seen.lock().unwrap() += 1;
+        }
+    });
+    tracing::subscriber::with_default(subscriber, || {
+        let mut arena = MemoryArena::with_config(
+            &pool,
+            ArenaConfig::default()
+                .tag("seg/replaced")
+                .first_block(16 * KIB),
+        );
+        for _ in 0..20 {
+            nebula_memory::Arena::alloc_slice(&arena, 16 * KIB, 0u8);
+        }
+        assert!(arena.block_count() > 1);
+        assert_eq!(*warnings.lock().unwrap(), 1, "one crossing");
+        let before = pool.stats().reserved;
+        arena.reset();
+        assert_eq!(arena.block_count(), 1, "replaced by one block");
+        assert_eq!(
+            *warnings.lock().unwrap(),
+            1,
+            "the replacement is no new crossing"
+        );
+        assert!(
+            pool.stats().reserved <= before,
+            "the replacement reused their memory"
+        );
+    });
+    ledger::clear_budgets("seg/replaced");
 }
 
 #[test]

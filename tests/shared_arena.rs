@@ -26,6 +26,7 @@ fn byte_of(t: usize, n: usize, i: usize) -> u8 {
 /// Eight threads allocate at once, every allocation stamped; after all threads finish,
 /// every stamp is intact, no two allocations overlap, and `bytes_used` is their sum.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn eight_threads_allocate_at_once_without_overlap() {
     let per_thread = if cfg!(miri) { 50 } else { 5_000 };
     let pool = pool_of("shared-8", mib(256));
@@ -86,6 +87,7 @@ fn eight_threads_allocate_at_once_without_overlap() {
 /// once; one vector is moved to another thread and grown there (a copy, since it is not
 /// that thread's top).
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn collections_from_several_threads() {
     let n: u32 = if cfg!(miri) { 200 } else { 20_000 };
     let pool = pool_of("shared-collections", mib(64));
@@ -122,6 +124,7 @@ fn collections_from_several_threads() {
 /// job system has): after a warm-up the pool's usage is flat and there is no pool traffic
 /// at all (each thread's part keeps one block sized to its frames).
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn rounds_of_parallel_allocation_and_reset_keep_pool_usage_flat() {
     const WORKERS: usize = 4;
     // Under Miri a small pool and few allocations: at full size it had not finished after
@@ -178,6 +181,7 @@ fn rounds_of_parallel_allocation_and_reset_keep_pool_usage_flat() {
 /// pool was handed out before the first refusal, and after a reset all of them allocate
 /// again.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn exhaustion_while_several_threads_allocate() {
     const WORKERS: usize = 4;
     // Under Miri two rounds and a sixteenth of the sizes: at a quarter it had not finished
@@ -244,6 +248,7 @@ fn exhaustion_while_several_threads_allocate() {
 /// The calling thread's newest allocation pops and grows in place, whatever the other
 /// threads do; a pop from another thread is a no-op.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn the_calling_threads_top_pops_and_grows_in_place() {
     let pool = pool_of("shared-top", mib(16));
     let arena = SharedArena::new(&pool);
@@ -279,6 +284,7 @@ fn the_calling_threads_top_pops_and_grows_in_place() {
 /// What a thread allocated stays allocated, and counted, after the thread exits (its
 /// part stays in the arena, to be taken over by a later thread).
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn allocations_outlive_the_threads_that_made_them() {
     let pool = pool_of("shared-exited", mib(16));
     let arena = SharedArena::new(&pool);
@@ -292,6 +298,7 @@ fn allocations_outlive_the_threads_that_made_them() {
 
 /// The two process-wide shared arenas.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn engine_and_game_arenas() {
     if cfg!(miri) {
         // The first use of a global pool in this process is here: keep them small.
@@ -342,6 +349,10 @@ fn shared_types_are_send_and_sync() {
 /// `wait_and_reset` on a thread that holds a guard would wait for itself for ever: it
 /// panics at once instead, saying so, and works once the guard is gone.
 #[test]
+#[cfg_attr(
+    target_family = "wasm",
+    ignore = "catches a panic: panics abort on wasm"
+)]
 fn wait_and_reset_with_a_guard_of_ones_own_panics() {
     let level = nebula_memory::game_arena();
     let guard = level.read();
@@ -367,6 +378,7 @@ fn wait_and_reset_with_a_guard_of_ones_own_panics() {
 /// A thread's part that allocated nothing at 8 resets in a row gives all its memory back,
 /// so only threads that use a shared arena hold memory for it.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn idle_parts_give_their_blocks_back_at_reset() {
     let pool = common::pool("shared-idle");
     let mut arena = SharedArena::new(&pool);

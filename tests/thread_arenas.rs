@@ -20,6 +20,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// first address reused in the next frame. (Checks are recorded while the barriers are in use and asserted
 /// after them, so that a failure cannot leave a thread waiting for ever.)
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn one_thread_resets_every_threads_arena() {
     const THREADS: usize = 4;
     const FRAMES: usize = 3;
@@ -89,6 +90,7 @@ fn one_thread_resets_every_threads_arena() {
 /// racing with a thread allocating meanwhile). The thread's own next allocation starts its
 /// arena over, as `thread_arena_alloc` documents.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_frame_end_on_another_thread_leaves_this_threads_memory_alone() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let sync = Barrier::new(2);
@@ -126,6 +128,7 @@ fn a_frame_end_on_another_thread_leaves_this_threads_memory_alone() {
 /// 1 KiB a frame for a few frames all get memory on the default scratch pool, and hold
 /// at most 64 KiB of it each (a cap of 4 MiB each would not fit 64 of them in 64 MiB).
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn sixty_four_threads_fit_in_the_default_scratch_pool() {
     // Under Miri, fewer threads (each is slow to start) with the same per-thread bound.
     const THREADS: usize = if cfg!(miri) { 8 } else { 64 };

@@ -120,6 +120,7 @@ const N: u64 = if cfg!(miri) { 200 } else { 20_000 };
 /// (6,031 of 20,000 addresses handed to both threads). Now the part is reachable only
 /// inside `with_this_thread`, which looks it up at the time of the call.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_part_used_late_in_a_threads_exit_is_never_a_new_threads_part() {
     let _serial = serial();
     STEP.store(0, SeqCst);
@@ -157,6 +158,7 @@ fn a_part_used_late_in_a_threads_exit_is_never_a_new_threads_part() {
 /// batch's next scope used freed memory (Miri: undefined behaviour). Now the batch holds
 /// the slot by a reference count.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_scratch_batch_kept_past_the_scratch_stack_still_has_its_arena() {
     let _serial = serial();
     std::thread::spawn(|| {
@@ -180,6 +182,7 @@ fn a_scratch_batch_kept_past_the_scratch_stack_still_has_its_arena() {
 /// never-reset shared arena kept one more block for every such thread (61 blocks after 60
 /// threads). Late parts are now claimed for one call at a time and reused.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn parts_for_late_allocations_are_reused() {
     let _serial = serial();
     let arena = shared("teardown-f8");
@@ -210,6 +213,7 @@ fn parts_for_late_allocations_are_reused() {
 /// Whatever the handle, the late code and the new threads never get the same bytes, and
 /// everything each of them wrote is intact when it checks.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn every_per_thread_handle_is_sound_late_in_a_threads_exit() {
     let _serial = serial();
     let rounds = if cfg!(miri) { 2 } else { 12 };

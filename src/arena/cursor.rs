@@ -273,7 +273,7 @@ mod tests {
 
         #[test]
         fn fit_matches_the_model(
-            end in 0usize..1 << 40,
+            end in 0usize..(1u64 << 40).min(1 << (usize::BITS - 2)) as usize,
             back in 0usize..1 << 16,
             size in 0usize..1 << 17,
             align_log in 0u32..20,
@@ -289,7 +289,7 @@ mod tests {
             from_top in 0usize..1 << 16,
             back in 0usize..1 << 16,
             size in 0usize..1 << 17,
-            align_log in 0u32..63,
+            align_log in 0u32..usize::BITS - 1,
         ) {
             let end = usize::MAX - from_top;
             let ptr = end - back;
@@ -306,7 +306,7 @@ mod tests {
         assert_eq!(fit(end - 100, end, max), None);
         let max = Layout::from_size_align(isize::MAX as usize, 1).unwrap();
         assert_eq!(fit(0, end, max), None);
-        let huge_align = Layout::from_size_align(0, 1 << 62).unwrap();
+        let huge_align = Layout::from_size_align(0, 1 << (usize::BITS - 2)).unwrap();
         assert_eq!(
             fit(usize::MAX - 10, usize::MAX - 5, huge_align),
             None,

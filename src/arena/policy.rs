@@ -259,7 +259,9 @@ mod tests {
             ArenaConfig::default().first_block(1),
         ];
         let peaks = |kept: usize| {
-            let mut p: Vec<usize> = (0..64).map(|i| i * kept / 50).collect();
+            let mut p: Vec<usize> = (0..64u64)
+                .map(|i| (i * kept as u64 / 50) as usize)
+                .collect();
             p.extend([0, 1, kept / 2, kept - kept / 9, kept, usize::MAX / 2]);
             p
         };
@@ -271,7 +273,7 @@ mod tests {
                 68 * KIB,
                 200 * KIB,
                 4096 * KIB,
-                1 << 40,
+                (1u64 << 40).min(usize::MAX as u64 >> 2) as usize,
             ] {
                 let band = keep_band(kept, c);
                 let mut edges: Vec<usize> = peaks(kept);

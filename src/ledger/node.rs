@@ -509,6 +509,7 @@ mod tests {
     /// counter and read the other (both `Relaxed`), so under a weak memory model (Miri's
     /// emulation finds it) each thread could miss the other's charge and both passed.
     #[test]
+    #[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
     fn a_limit_is_one_decision_for_pool_and_heap_charges() {
         let rounds = if cfg!(miri) { 40 } else { 2000 };
         for round in 0..rounds {

@@ -234,8 +234,8 @@ impl MemoryPool {
     /// block.
     ///
     /// # Errors
-    /// [`PoolError::InvalidCapacity`] for a capacity or segment of 0, or a capacity that
-    /// cannot hold one block.
+    /// [`PoolError::InvalidCapacity`] for a capacity or segment of 0, or a capacity beyond
+    /// `isize::MAX` once rounded up to whole pages (as a reserved region's is).
     ///
     /// ```
     /// use nebula_memory::MemoryPool;
@@ -252,15 +252,18 @@ impl MemoryPool {
         capacity: usize,
         segment: usize,
     ) -> Result<MemoryPool, PoolError> {
-        if capacity < MIN_BLOCK + HEADER || segment == 0 {
-            return Err(PoolError::InvalidCapacity {
-                pool: name,
-                capacity,
-            });
-        }
-        let step = segment
-            .checked_next_multiple_of(crate::vm::page_size())
-            .unwrap_or(segment);
+        let page = crate::vm::page_size();
+        // Whole pages, as a reserved region's capacity is (a tiny one is one page).
+        let capacity = match capacity.checked_next_multiple_of(page) {
+            Some(c) if capacity > 0 && segment > 0 && c <= isize::MAX as usize => c,
+            _ => {
+                return Err(PoolError::InvalidCapacity {
+                    pool: name,
+                    capacity,
+                });
+            }
+        };
+        let step = segment.checked_next_multiple_of(page).unwrap_or(capacity);
         Ok(MemoryPool {
             name,
             space: Space::Segmented { capacity, step },
@@ -503,7 +506,20 @@ impl MemoryPool {
         }
     }
 
-    /// Whether `ptr` points into this pool's region. O(1).
+    /// Whether this pool takes memory in segments as it needs it ([`MemoryPool::segmented`],
+    /// what [`MemoryPool::new`] makes on the web) rather than reserving its capacity up
+    /// front. O(1).
+    ///
+    /// ```
+    /// let pool = nebula_memory::MemoryPool::segmented("doc", 1 << 20, 64 << 10).unwrap();
+    /// assert!(pool.grows_by_segments());
+    /// ```
+    pub fn grows_by_segments(&self) -> bool {
+        matches!(self.space, Space::Segmented { .. })
+    }
+
+    /// Whether `ptr` points into this pool's memory (its region or one of its segments). O(1),
+    /// O(log segments) for a segmented pool.
     ///
     /// ```
     /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();

@@ -35,7 +35,7 @@ pub(super) enum Space {
     Reserved(Region),
     /// Segments in the pool's state (`State::segments`), taken as needed.
     Segmented {
-        /// The most the segments may span together.
+        /// The most the segments may span together: whole pages, at least one.
         capacity: usize,
         /// A new segment's smallest size.
         step: usize,
@@ -78,7 +78,7 @@ impl Space {
     pub(super) fn max_usable(&self) -> usize {
         match self {
             Space::Reserved(region) => region.len() - HEADER,
-            Space::Segmented { capacity, .. } => pages_in(*capacity).saturating_sub(2 * HEADER),
+            Space::Segmented { capacity, .. } => capacity - 2 * HEADER,
         }
     }
 

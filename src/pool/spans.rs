@@ -92,12 +92,20 @@ impl MemoryPool {
         }
     }
 
-    /// The largest block (total bytes) a new segment could hold now, or 0 (lock held).
+    /// The largest block (total bytes) a new segment could hold now, or 0 (lock held): the
+    /// capacity no segment spans, and the wholly free segments `grow` would give back
+    /// first. O(segments).
     pub(super) fn segment_room(&self, st: &State) -> usize {
         match &self.space {
             Space::Reserved(_) => 0,
             Space::Segmented { capacity, .. } => {
-                pages_in(capacity.saturating_sub(st.spanned)).saturating_sub(HEADER)
+                let free: usize = st
+                    .segments
+                    .iter()
+                    .filter(|region| is_wholly_free(region))
+                    .map(Region::len)
+                    .sum();
+                pages_in(capacity.saturating_sub(st.spanned) + free).saturating_sub(HEADER)
             }
         }
     }
@@ -112,6 +120,10 @@ impl MemoryPool {
         let Some(need) = size.checked_add(HEADER) else {
             return false;
         };
+        // Wholly free segments cannot serve this block (no free block could): they go back
+        // first, so that the system allocator can merge them into the new one's memory
+        // (on the web, segments taken one after another lie side by side).
+        self.release_free_segments(st);
         // Whole pages (the step is some), within the capacity.
         let room = pages_in(capacity.saturating_sub(st.spanned));
         let wanted = need.max(step).max(st.spanned / 8);
@@ -178,12 +190,9 @@ impl MemoryPool {
         } = st;
         let before = segments.len();
         segments.retain(|region| {
-            let first = region.base().as_ptr().cast::<MemoryBlock>();
-            // SAFETY: every segment starts with a block's header (free or in use), written
-            // by `grow` and kept by the pool under the lock we hold.
-            let whole =
-                unsafe { (*first).magic == MAGIC_FREE && (*first).size == region.len() - HEADER };
+            let whole = is_wholly_free(region);
             if whole {
+                let first = region.base().as_ptr().cast::<MemoryBlock>();
                 // SAFETY: a free block on the lists, the segment's only block.
                 unsafe { index.remove(first) };
                 *spanned -= region.len();
@@ -195,4 +204,12 @@ impl MemoryPool {
         });
         before - segments.len()
     }
+}
+
+/// Whether a segment's one block is free (lock held).
+fn is_wholly_free(region: &Region) -> bool {
+    let first = region.base().as_ptr().cast::<MemoryBlock>();
+    // SAFETY: every segment starts with a block's header (free or in use), written by
+    // `grow` and kept by the pool under its lock, which the caller holds.
+    unsafe { (*first).magic == MAGIC_FREE && (*first).size == region.len() - HEADER }
 }

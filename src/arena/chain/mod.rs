@@ -68,6 +68,14 @@ pub(crate) struct Chain {
     tag: Option<Tag>,
 }
 
+/// A block given back whose bytes its tag still counts (see `Chain::release_uncredited`).
+#[must_use = "credit the tag with `Chain::credit`"]
+#[derive(Clone, Copy)]
+pub(super) struct Uncredited {
+    size: usize,
+    heap: bool,
+}
+
 /// A chain's ledger tag.
 pub(crate) struct Tag {
     node: &'static TagNode,
@@ -461,17 +469,56 @@ impl Chain {
     /// `block` is ours, unlinked (or about to be forgotten with its list), and nothing in
     /// it is used any more.
     unsafe fn release(&mut self, pool: &MemoryPool, block: *mut MemoryBlock) {
+        // SAFETY: as the caller guarantees. Credited already: nothing is owed.
+        let _credited = unsafe { self.release_crediting(pool, block, true) };
+    }
+
+    /// `release`, but the chain's tag keeps the block's bytes until [`credit`](Chain::credit)
+    /// is given what this returns: a replacement taken in between then never sees its tag
+    /// dip under a budget and cross it again, as it would not if the block were still held.
+    ///
+    /// # Safety
+    /// As for `release`.
+    pub(super) unsafe fn release_uncredited(
+        &mut self,
+        pool: &MemoryPool,
+        block: *mut MemoryBlock,
+    ) -> Uncredited {
+        // SAFETY: as the caller guarantees.
+        unsafe { self.release_crediting(pool, block, false) }
+    }
+
+    /// Credits the chain's tag with a block `release_uncredited` gave back.
+    pub(super) fn credit(&mut self, pool: &MemoryPool, owed: Uncredited) {
+        if let Some(t) = &self.tag {
+            t.node.release(owed.size, owed.heap);
+            if !owed.heap {
+                pool.note_charged(owed.size, false);
+            }
+        }
+    }
+
+    /// `release`, crediting the tag now or (`credit_now == false`) leaving it owed.
+    ///
+    /// # Safety
+    /// As for `release`.
+    unsafe fn release_crediting(
+        &mut self,
+        pool: &MemoryPool,
+        block: *mut MemoryBlock,
+        credit_now: bool,
+    ) -> Uncredited {
         // SAFETY: the caller hands over a dead block we own.
         unsafe {
             let size = (*block).size;
+            let heap = (*block).is_heap();
             self.bytes_held -= size;
             self.block_count -= 1;
+            let owed = Uncredited { size, heap };
+            if credit_now {
+                self.credit(pool, owed);
+            }
             if let Some(t) = &self.tag {
-                let heap = (*block).is_heap();
-                t.node.release(size, heap);
-                if !heap {
-                    pool.note_charged(size, false);
-                }
                 let tag = t.node.path;
                 ledger::send(|| LedgerEvent::BlockReturned {
                     tag,
@@ -480,13 +527,14 @@ impl Chain {
                     heap,
                 });
             }
-            if (*block).is_heap() {
+            if heap {
                 self.heap_blocks -= 1;
                 MemoryBlock::free_heap(nn(block));
             } else {
                 self.blocks_returned += 1;
                 pool.free_block(nn(block));
             }
+            owed
         }
     }
 

@@ -195,7 +195,31 @@ impl Chain {
         let mut keep = largest;
         let mut replaced = false;
         if let Decision::Replace(size) = decision {
+            // A pool that grows by segments (the web) cannot merge two segments: the
+            // replacement reuses the memory of the blocks it replaces only once all of them
+            // are back, the largest included (taken again at its size if need be, below).
+            // Its tag is credited only once the replacement is taken, as if it were still
+            // held: a budget sees no dip and no second crossing.
+            let mut old = None;
+            if pool.grows_by_segments() && !keep.is_null() {
+                // SAFETY: `keep` is ours, unlinked and dead.
+                unsafe {
+                    let capacity = (*keep).capacity();
+                    old = Some((capacity, self.release_uncredited(pool, keep)));
+                }
+                keep = ptr::null_mut();
+            }
             let mut fresh = self.take_block(pool, size, Ask::Tentatively);
+            if let Some((capacity, owed)) = old {
+                self.credit(pool, owed);
+                if fresh.is_err() {
+                    // Refused with the old block still counted (a limit): again without
+                    // it, or a block like the old one.
+                    fresh = self
+                        .take_block(pool, size, Ask::Tentatively)
+                        .or_else(|_| self.take_block(pool, capacity, Ask::Tentatively));
+                }
+            }
             if fresh.is_err() && !keep.is_null() {
                 // Tight pool: the replacement may only fit once the largest is back too.
                 // If it still does not, take a block like the old one again (the range
