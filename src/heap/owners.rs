@@ -105,7 +105,9 @@ fn leaf_index(a: u64) -> usize {
     (a >> GRANULE_SHIFT) as usize & (LEAF_LEN - 1)
 }
 
-/// The entry of the granule `addr` starts in, if its leaf exists. O(1): three loads.
+/// The entry of the granule `addr` starts in, if its leaf exists. O(1): three loads. Each
+/// step borrows one entry of a table, never the table whole (Miri would check a borrow of
+/// a whole 512 KiB leaf at every lookup).
 #[inline(always)]
 pub(crate) fn find(addr: usize) -> Option<&'static AtomicU16> {
     let a = key(addr)?;
@@ -115,12 +117,12 @@ pub(crate) fn find(addr: usize) -> Option<&'static AtomicU16> {
     }
     // SAFETY: a non-null entry of `TOP` points to a mid table that is never freed, whose
     // zeroed pages were mapped before its `Release` publication (acquired above).
-    let leaf = unsafe { &*mid }[mid_index(a)].load(Acquire);
+    let leaf = unsafe { &(*mid)[mid_index(a)] }.load(Acquire);
     if leaf.is_null() {
         return None;
     }
     // SAFETY: as for the mid table: a published leaf lives for the rest of the process.
-    Some(&unsafe { &*leaf }[leaf_index(a)])
+    Some(unsafe { &(*leaf)[leaf_index(a)] })
 }
 
 /// The entry of the granule `addr` starts in, its tables mapped if need be. `None` if
@@ -140,9 +142,9 @@ fn entry_slow(addr: usize) -> Option<&'static AtomicU16> {
     let a = key(addr)?;
     let mid = published(&TOP[top_index(a)])?;
     // SAFETY: `published` returns a mapped table that is never freed.
-    let leaf = published(&unsafe { &*mid }[mid_index(a)])?;
+    let leaf = published(unsafe { &(*mid)[mid_index(a)] })?;
     // SAFETY: as above.
-    Some(&unsafe { &*leaf }[leaf_index(a)])
+    Some(unsafe { &(*leaf)[leaf_index(a)] })
 }
 
 /// The table `slot` points to, mapping and publishing a zeroed one if it is empty (the
