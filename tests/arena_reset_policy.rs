@@ -11,6 +11,7 @@ use std::alloc::Layout;
 
 use allocator_api2::vec::Vec as AVec;
 use nebula_memory::{ArenaConfig, MemoryArena, MemoryPool};
+use proptest::prelude::*;
 
 mod common;
 use common::{KIB, assert_drained, pool};
@@ -271,4 +272,77 @@ fn drop_gives_every_block_back() {
         frame(&arena, 5);
     }
     assert_drained(&pool);
+}
+
+/// One step of a frame in [`a_reset_keeps_no_more_than_the_deepest_point`].
+#[derive(Clone, Debug)]
+enum Step {
+    /// An allocation of this many bytes, in the outer arena or the nested one.
+    Alloc { size: usize, nested: bool },
+    /// A vector pushed to this length (it moves as it outgrows a block, leaving copies).
+    Vec { len: usize, nested: bool },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (
+            1usize..if cfg!(miri) { 20_000 } else { 200_000 },
+            any::<bool>()
+        )
+            .prop_map(|(size, nested)| Step::Alloc { size, nested }),
+        (
+            1usize..if cfg!(miri) { 2_000 } else { 20_000 },
+            any::<bool>()
+        )
+            .prop_map(|(len, nested)| Step::Vec { len, nested }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(common::proptest_config(64))]
+
+    /// What stays after a reset fits in what the frame held at its deepest: an outer arena
+    /// and one nested in it (the shape of nested `with_scratch` calls) run frames of random
+    /// allocations and growing vectors; after each frame's resets (the nested arena's
+    /// first) the pool's use is at most the most it reached during the frame.
+    #[test]
+    fn a_reset_keeps_no_more_than_the_deepest_point(
+        first in prop_oneof![Just(4 * KIB), Just(16 * KIB), Just(64 * KIB)],
+        frames in proptest::collection::vec(
+            proptest::collection::vec(step(), 1..12),
+            1..6,
+        ),
+    ) {
+        use proptest::prelude::prop_assert;
+        let pool = pool("deepest");
+        let config = ArenaConfig::default().first_block(first);
+        let mut outer = MemoryArena::with_config(&pool, config);
+        let mut inner = MemoryArena::with_config(&pool, config);
+        for frame in &frames {
+            let mut deepest = pool.stats().in_use;
+            for s in frame {
+                match *s {
+                    Step::Alloc { size, nested } => {
+                        let arena = if nested { &inner } else { &outer };
+                        arena.alloc_slice(size, 7u8);
+                    }
+                    Step::Vec { len, nested } => {
+                        let arena = if nested { &inner } else { &outer };
+                        let mut v = AVec::new_in(arena);
+                        for i in 0..len as u32 {
+                            v.push(i);
+                        }
+                        prop_assert!(v.len() == len);
+                    }
+                }
+                deepest = deepest.max(pool.stats().in_use);
+            }
+            inner.reset();
+            outer.reset();
+            let after = pool.stats().in_use;
+            prop_assert!(after <= deepest, "{after} after the resets, {deepest} at the deepest");
+        }
+        drop((outer, inner));
+        assert_drained(&pool);
+    }
 }

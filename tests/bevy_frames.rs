@@ -327,7 +327,8 @@ fn the_frame_end_trims_scratch_after_a_spike() {
     let before = scratch_pool(&app);
     app.update(); // the spike
     let during = scratch_pool(&app);
-    assert!(during >= before + SPIKE, "{before} -> {during}");
+    // The spike's block is kept for now (no larger than what the spike frame held).
+    assert!(during > before + SPIKE / 2, "{before} -> {during}");
     // The kept block is far too large from here on; after QUIET such resets it is replaced,
     // and an arena used only now and then on another thread gives everything back within
     // two windows of SCRATCH_IDLE_PASSES frames.

@@ -7,7 +7,11 @@
 //! - The kept block holds the frame's peak plus 1/8: keep it, so a steady workload does no
 //!   pool operation at all.
 //! - It does not: replace it by one block of that size, and at least 1.25 times the old
-//!   one, so a frame size creeping upwards costs a few replacements, not one per record.
+//!   one, so a frame size creeping upwards costs a few replacements, not one per record;
+//!   but never larger than the blocks it replaces together (the frame's deepest point:
+//!   an arena holds most just before its reset), so what stays after a reset fits in what
+//!   the frame held. A single block is therefore never grown at a reset: it grows when a
+//!   frame spills over it, and the spill pays for the headroom.
 //! - It has been more than twice the need (and above `first_block`) for
 //!   `trim_after_resets` resets in a row: replace it by one sized to the largest of those
 //!   frames, so one spike does not pin its memory for ever.
@@ -73,6 +77,11 @@ pub(crate) fn need(peak: usize) -> usize {
     round_block(peak.saturating_add(peak / 8).max(1))
 }
 
+/// Rounds down to the block granule.
+fn floor_block(n: usize) -> usize {
+    n - n % BLOCK_GRANULE
+}
+
 /// Whether a block of `kept` bytes holds a frame of peak `peak` (true up to some peak,
 /// false above it).
 fn fits(kept: usize, peak: usize) -> bool {
@@ -93,17 +102,19 @@ fn oversized(kept: usize, peak: usize, config: &ArenaConfig, provisional: bool) 
 }
 
 /// The decision for a reset: `kept` is the capacity of the block that would be kept (0 if
-/// none), `peak` the largest `bytes_used` of the frame. Returns the quiet-frame state to
-/// store if the decision is carried out (after a successful replacement, start from
-/// [`Quiet::default`] instead).
+/// none), `peak` the largest `bytes_used` of the frame, `room` the most a replacement
+/// block may hold (what the arena's blocks take of the pool together, less one block's
+/// overhead). Returns the quiet-frame state to store if the decision is carried out
+/// (after a successful replacement, start from [`Quiet::default`] instead).
 pub(crate) fn decide(
     kept: usize,
     peak: usize,
     quiet: Quiet,
     config: &ArenaConfig,
+    room: usize,
 ) -> (Decision, Quiet) {
-    if !fits(kept, peak) {
-        let grown = round_block(need(peak).max(kept.saturating_add(kept / 4)));
+    let grown = round_block(need(peak).max(kept.saturating_add(kept / 4))).min(floor_block(room));
+    if !fits(kept, peak) && grown > kept {
         (Decision::Replace(grown), quiet)
     } else if oversized(kept, peak, config, quiet.provisional) {
         // A frame far below the block (more than twice) is a quiet frame of the ordinary
@@ -132,26 +143,16 @@ pub(crate) fn decide(
     }
 }
 
-/// The frame peaks for which [`decide`] keeps a block of `kept` bytes as it is and ends
-/// any quiet streak (`(Keep, Quiet::default())`): an interval `[lo, hi]`, or `None`. A
-/// reset whose peak lies inside needs no decision at all, which is what lets the steady
-/// state's reset skip everything but the cursor. Found by bisection on [`fits`] and
-/// [`oversized`] themselves, so it cannot disagree with `decide`. O(log kept).
+/// The frame peaks for which [`decide`] keeps a block of `kept` bytes, the arena's only
+/// one, as it is and ends any quiet streak (`(Keep, Quiet::default())`): an interval
+/// `[lo, kept]`, or `None`. A single block is never grown at a reset (a replacement may
+/// not be larger than the blocks it replaces), so every peak up to its capacity keeps it;
+/// below `lo` it is too large (a quiet frame). A reset whose peak lies inside needs no
+/// decision at all, which is what lets the steady state's reset skip everything but the
+/// cursor. Found by bisection on [`oversized`] itself, so it cannot disagree with
+/// `decide`. O(log kept).
 pub(crate) fn keep_band(kept: usize, config: &ArenaConfig) -> Option<(usize, usize)> {
-    if !fits(kept, 0) {
-        return None;
-    }
-    // The largest peak that fits: `need(p) > p`, so it lies in [0, kept).
-    let (mut lo, mut hi) = (0usize, kept);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if fits(kept, mid) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    let top = lo;
+    let top = kept;
     // The smallest peak that is not a quiet frame, if it is at most `top`.
     if oversized(kept, top, config, false) {
         return None;
@@ -182,20 +183,38 @@ mod tests {
 
     #[test]
     fn a_block_that_fits_the_frame_is_kept() {
-        let (d, q) = decide(256 * KIB, 200 * KIB, Quiet::default(), &config(3));
+        let (d, q) = decide(
+            256 * KIB,
+            200 * KIB,
+            Quiet::default(),
+            &config(3),
+            usize::MAX,
+        );
         assert_eq!((d, q), (Decision::Keep, Quiet::default()));
     }
 
     #[test]
     fn the_need_includes_an_eighth_of_headroom() {
         // 240 KiB + 30 KiB = 270 KiB does not fit 256 KiB.
-        let (d, _) = decide(256 * KIB, 240 * KIB, Quiet::default(), &config(3));
+        let (d, _) = decide(
+            256 * KIB,
+            240 * KIB,
+            Quiet::default(),
+            &config(3),
+            usize::MAX,
+        );
         assert_eq!(
             d,
             Decision::Replace(320 * KIB),
             "grown by at least a quarter"
         );
-        let (d, _) = decide(256 * KIB, 1024 * KIB, Quiet::default(), &config(3));
+        let (d, _) = decide(
+            256 * KIB,
+            1024 * KIB,
+            Quiet::default(),
+            &config(3),
+            usize::MAX,
+        );
         assert_eq!(
             d,
             Decision::Replace(1152 * KIB),
@@ -206,7 +225,7 @@ mod tests {
     #[test]
     fn no_block_and_an_empty_frame_asks_for_one_granule() {
         assert_eq!(
-            decide(0, 0, Quiet::default(), &config(3)).0,
+            decide(0, 0, Quiet::default(), &config(3), usize::MAX).0,
             Decision::Replace(BLOCK_GRANULE)
         );
     }
@@ -216,7 +235,7 @@ mod tests {
         let c = config(3);
         let mut q = Quiet::default();
         for (frame, peak) in [100 * KIB, 300 * KIB, 50 * KIB].into_iter().enumerate() {
-            let (d, next) = decide(4096 * KIB, peak, q, &c);
+            let (d, next) = decide(4096 * KIB, peak, q, &c, usize::MAX);
             q = next;
             if frame < 2 {
                 assert_eq!(d, Decision::Keep);
@@ -231,22 +250,22 @@ mod tests {
     #[test]
     fn one_busy_frame_restarts_the_count() {
         let c = config(3);
-        let (_, q) = decide(4096 * KIB, 10 * KIB, Quiet::default(), &c);
-        let (_, q) = decide(4096 * KIB, 10 * KIB, q, &c);
+        let (_, q) = decide(4096 * KIB, 10 * KIB, Quiet::default(), &c, usize::MAX);
+        let (_, q) = decide(4096 * KIB, 10 * KIB, q, &c, usize::MAX);
         assert_eq!(q.resets, 2);
-        let (d, q) = decide(4096 * KIB, 3000 * KIB, q, &c);
+        let (d, q) = decide(4096 * KIB, 3000 * KIB, q, &c, usize::MAX);
         assert_eq!((d, q), (Decision::Keep, Quiet::default()));
     }
 
     #[test]
     fn trimming_never_goes_below_the_first_block_and_zero_disables_it() {
         let c = config(1);
-        let (d, _) = decide(4096 * KIB, 0, Quiet::default(), &c);
+        let (d, _) = decide(4096 * KIB, 0, Quiet::default(), &c, usize::MAX);
         assert_eq!(d, Decision::Replace(64 * KIB));
-        let (d, q) = decide(4096 * KIB, 0, Quiet::default(), &config(0));
+        let (d, q) = decide(4096 * KIB, 0, Quiet::default(), &config(0), usize::MAX);
         assert_eq!((d, q), (Decision::Keep, Quiet::default()));
         // Not more than twice the first block: never counted as quiet.
-        let (d, q) = decide(128 * KIB, 0, Quiet::default(), &c);
+        let (d, q) = decide(128 * KIB, 0, Quiet::default(), &c, usize::MAX);
         assert_eq!((d, q), (Decision::Keep, Quiet::default()));
     }
 
@@ -280,15 +299,16 @@ mod tests {
                 if let Some((lo, hi)) = band {
                     edges.extend([lo.saturating_sub(1), lo, hi, hi + 1]);
                 }
-                for peak in edges {
-                    let kept_as_is = decide(kept, peak, Quiet::default(), c)
+                // The arena's only block: no peak above its capacity, and a replacement
+                // no larger than it.
+                for peak in edges.into_iter().filter(|&p| p <= kept) {
+                    let kept_as_is = decide(kept, peak, Quiet::default(), c, kept)
                         == (Decision::Keep, Quiet::default());
                     let inside = band.is_some_and(|(lo, hi)| (lo..=hi).contains(&peak));
                     assert_eq!(inside, kept_as_is, "kept {kept}, peak {peak}, {c:?}");
                 }
             }
         }
-        assert_eq!(keep_band(0, &config(3)), None);
     }
 
     #[test]
@@ -299,7 +319,7 @@ mod tests {
         // more than 1.25 times too large, replaced after PROVISIONAL_RESETS frames.
         let mut q = spilled;
         for frame in 1..=PROVISIONAL_RESETS {
-            let (d, next) = decide(88 * KIB, 53 * KIB + 512, q, &c);
+            let (d, next) = decide(88 * KIB, 53 * KIB + 512, q, &c, usize::MAX);
             q = next;
             let want = if frame < PROVISIONAL_RESETS {
                 Decision::Keep
@@ -309,12 +329,12 @@ mod tests {
             assert_eq!(d, want, "frame {frame}");
         }
         // Not provisional, the same block is kept for ever (within twice the need).
-        let (d, q) = decide(88 * KIB, 53 * KIB + 512, Quiet::default(), &c);
+        let (d, q) = decide(88 * KIB, 53 * KIB + 512, Quiet::default(), &c, usize::MAX);
         assert_eq!((d, q), (Decision::Keep, Quiet::default()));
         // A frame within 1.25 times confirms it: from then on the ordinary rule.
-        let (_, q) = decide(88 * KIB, 40 * KIB, spilled, &c);
+        let (_, q) = decide(88 * KIB, 40 * KIB, spilled, &c, usize::MAX);
         assert!(q.provisional && q.resets == 1);
-        let (d, q) = decide(88 * KIB, 70 * KIB, q, &c);
+        let (d, q) = decide(88 * KIB, 70 * KIB, q, &c, usize::MAX);
         assert_eq!((d, q), (Decision::Keep, Quiet::default()));
     }
 
@@ -325,11 +345,11 @@ mod tests {
         let c = config(120);
         let mut q = Quiet::sized_after(true);
         for frame in 1..120 {
-            let (d, next) = decide(4096 * KIB, 100 * KIB, q, &c);
+            let (d, next) = decide(4096 * KIB, 100 * KIB, q, &c, usize::MAX);
             assert_eq!(d, Decision::Keep, "frame {frame}");
             q = next;
         }
-        let (d, _) = decide(4096 * KIB, 100 * KIB, q, &c);
+        let (d, _) = decide(4096 * KIB, 100 * KIB, q, &c, usize::MAX);
         assert_eq!(d, Decision::Replace(round_block(100 * KIB + 100 * KIB / 8)));
     }
 
@@ -337,24 +357,48 @@ mod tests {
     fn a_creeping_need_does_not_churn_a_provisional_block() {
         // The need just outgrew 256 KiB: grown by a quarter, to 320 KiB, after spilling.
         let c = config(120);
-        let (d, _) = decide(256 * KIB, 240 * KIB, Quiet::default(), &c);
+        let (d, _) = decide(256 * KIB, 240 * KIB, Quiet::default(), &c, usize::MAX);
         assert_eq!(d, Decision::Replace(320 * KIB));
         // The next frames need about the same: not 1.25 times too large, confirmed.
-        let (d, q) = decide(320 * KIB, 240 * KIB, Quiet::sized_after(true), &c);
+        let (d, q) = decide(
+            320 * KIB,
+            240 * KIB,
+            Quiet::sized_after(true),
+            &c,
+            usize::MAX,
+        );
         assert_eq!((d, q), (Decision::Keep, Quiet::default()));
     }
 
     #[test]
     fn a_provisional_block_waits_no_longer_than_trim_after_resets_and_zero_keeps_it() {
-        let (d, _) = decide(4096 * KIB, 10 * KIB, Quiet::sized_after(true), &config(1));
+        let (d, _) = decide(
+            4096 * KIB,
+            10 * KIB,
+            Quiet::sized_after(true),
+            &config(1),
+            usize::MAX,
+        );
         assert_eq!(d, Decision::Replace(64 * KIB));
-        let (d, q) = decide(4096 * KIB, 10 * KIB, Quiet::sized_after(true), &config(0));
+        let (d, q) = decide(
+            4096 * KIB,
+            10 * KIB,
+            Quiet::sized_after(true),
+            &config(0),
+            usize::MAX,
+        );
         assert_eq!((d, q), (Decision::Keep, Quiet::default()));
     }
 
     #[test]
     fn huge_figures_saturate() {
-        let (d, _) = decide(usize::MAX / 2, usize::MAX, Quiet::default(), &config(3));
+        let (d, _) = decide(
+            usize::MAX / 2,
+            usize::MAX,
+            Quiet::default(),
+            &config(3),
+            usize::MAX,
+        );
         assert!(matches!(d, Decision::Replace(n) if n >= usize::MAX / 2));
     }
 }

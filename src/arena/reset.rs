@@ -12,7 +12,15 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::policy::{self, Decision, Quiet};
 use super::{MemoryArena, NO_BAND};
+use crate::block::{HEADER, MIN_BLOCK};
 use crate::poison;
+
+/// The most a block replacing blocks of `held` bytes together (headers included) may
+/// hold, so that it takes no more of the pool than they did: less its own header, and
+/// less the remainder the pool may add to a block (under `MIN_BLOCK`).
+fn replacement_room(held: usize) -> usize {
+    held.saturating_sub(HEADER + MIN_BLOCK)
+}
 
 impl<'pool> MemoryArena<'pool> {
     /// Frees everything at once and gives every block but one back to the pool.
@@ -20,7 +28,10 @@ impl<'pool> MemoryArena<'pool> {
     ///
     /// The block kept is the one that best serves the next frame: the largest held, if it
     /// fits everything this frame used (plus 1/8); otherwise a single new block of that
-    /// size (and at least 1.25 times the largest) replaces them all. So after a warm-up
+    /// size (and at least 1.25 times the largest) replaces them all, but never one larger
+    /// than the blocks it replaces together: after a reset the arena holds no more of its
+    /// pool than at the frame's deepest point (so a lone block grows only when a frame
+    /// spills over it). So after a warm-up
     /// frame, a steady workload does no pool operation at all, and its reset touches
     /// nothing but the arena's own fields. If the kept block stays more than twice too
     /// large for [`ArenaConfig::trim_after_resets`](crate::ArenaConfig::trim_after_resets)
@@ -124,14 +135,18 @@ impl<'pool> MemoryArena<'pool> {
         let chain = self.chain.get_mut();
         chain.publish_used(peak);
         let single = chain.is_single_pool_block();
-        let kept = if single {
-            self.cursor.window_len()
+        let (kept, held) = if single {
+            let kept = self.cursor.window_len();
+            (kept, kept.saturating_add(HEADER))
         } else if chain.block_count() == 0 {
             return;
         } else {
-            chain.largest_pool_block().1
+            (chain.largest_pool_block().1, chain.pool_bytes_held())
         };
-        let (decision, quiet) = policy::decide(kept, peak, self.quiet, &self.config);
+        // The replacement takes no more of the pool than the blocks held now, at the
+        // frame's deepest point.
+        let room = replacement_room(held);
+        let (decision, quiet) = policy::decide(kept, peak, self.quiet, &self.config, room);
         self.quiet = quiet;
         if single && decision == Decision::Keep {
             let start = self.cursor.start();
@@ -177,8 +192,13 @@ impl<'pool> MemoryArena<'pool> {
             && self.cursor.base() == 0
             && self.quiet == Quiet::default()
             && self.labels.get_mut().is_empty()
-            && policy::decide(window, peak, self.quiet, &self.config)
-                == (Decision::Keep, Quiet::default())
+            && policy::decide(
+                window,
+                peak,
+                self.quiet,
+                &self.config,
+                replacement_room(window + HEADER),
+            ) == (Decision::Keep, Quiet::default())
     }
 
     /// Frees everything at once, like [`reset`](MemoryArena::reset), and gives **every**

@@ -129,6 +129,23 @@ impl Chain {
         false
     }
 
+    /// Bytes of the pool blocks held, headers included: what the pool gave the arena.
+    /// O(blocks).
+    pub(crate) fn pool_bytes_held(&self) -> usize {
+        let mut total = 0usize;
+        let mut b = self.first;
+        while !b.is_null() {
+            // SAFETY: a block of the chain.
+            unsafe {
+                if !(*b).is_heap() {
+                    total = total.saturating_add((*b).size);
+                }
+                b = (*b).next;
+            }
+        }
+        total
+    }
+
     /// The largest pool block held (null if none) and its window length: what `reset`
     /// would keep.
     pub(crate) fn largest_pool_block(&self) -> (*mut MemoryBlock, usize) {
