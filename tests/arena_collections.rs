@@ -65,8 +65,28 @@ fn top_vector_grows_in_place_while_its_block_has_room() {
     assert_eq!(moves, 0, "the top vector moved inside its block");
     assert_eq!(v.as_ptr(), start);
     assert_eq!(arena.block_count(), 1);
-    // Growing on to 2M elements crosses into new blocks: it moves only then.
+    // Growing on to 2M elements outgrows the block: the block grows in place into the
+    // pool's free range after it, so the vector still never moves.
     for i in in_first..total {
+        v.push(i);
+        if v.as_ptr() != last {
+            moves += 1;
+            last = v.as_ptr();
+        }
+    }
+    assert_eq!(
+        moves, 0,
+        "the top vector moved though the range after its block was free"
+    );
+    assert_eq!(arena.block_count(), 1);
+    assert_eq!(pool.stats().in_use, arena.bytes_held());
+    assert!(
+        arena.bytes_held() < 2 * total as usize * 4,
+        "no copies left behind"
+    );
+    // With the range after the block taken, growth moves the vector to a new block.
+    let neighbour = pool.allocate_block(4096).unwrap();
+    for i in total..2 * total {
         v.push(i);
         if v.as_ptr() != last {
             moves += 1;
@@ -79,6 +99,8 @@ fn top_vector_grows_in_place_while_its_block_has_room() {
         "{moves} moves for {} blocks",
         arena.block_count()
     );
+    // SAFETY: from this pool, not used afterwards.
+    unsafe { pool.free_block(neighbour) };
     assert!(v.iter().enumerate().all(|(i, &x)| x == i as u32));
 
     // `reserve_exact(1)` + push: every grow is by one element, always in place at the top.

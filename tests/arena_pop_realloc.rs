@@ -124,9 +124,11 @@ fn realloc_in_place_at_the_top_and_copies_below_it() {
     check(low3, 16, 10);
     check(shrunk, 32, 20); // the old top is untouched by the copy
 
-    // The top grown beyond its block moves to a new block, contents preserved.
+    // The top grown beyond its block, with the pool's range after the block taken, moves
+    // to a new block, contents preserved.
     let l1000 = Layout::from_size_align(1000, 16).unwrap();
     fill(low3, 1000, 30);
+    let neighbour = pool.allocate_block(4096).unwrap();
     let blocks = arena.block_count();
     // SAFETY: as above.
     let moved = unsafe { arena.realloc(low3, l1000, 90_000) }.unwrap();
@@ -140,4 +142,19 @@ fn realloc_in_place_at_the_top_and_copies_below_it() {
     let again = unsafe { arena.realloc(moved, l90k, 90_100) }.unwrap();
     assert_eq!(again, moved);
     check(again, 1000, 30);
+    // Beyond it, the block grows in place into the free range after it: no move, no new
+    // block, and the pool counts the added bytes as the arena's.
+    let blocks = arena.block_count();
+    let l90_1k = Layout::from_size_align(90_100, 16).unwrap();
+    // SAFETY: as above.
+    let grown = unsafe { arena.realloc(again, l90_1k, 400_000) }.unwrap();
+    assert_eq!(grown, again, "the block grew in place");
+    assert_eq!(arena.block_count(), blocks);
+    check(grown, 1000, 30);
+    fill(grown, 400_000, 40);
+    // SAFETY: our live block's header.
+    let neighbour_size = unsafe { neighbour.as_ref() }.total_size();
+    assert_eq!(pool.stats().in_use, arena.bytes_held() + neighbour_size);
+    // SAFETY: from this pool, not used afterwards.
+    unsafe { pool.free_block(neighbour) };
 }

@@ -445,6 +445,7 @@ fn run(
     }
     if purge_now {
         pool.set_purge_delay(std::time::Duration::ZERO);
+        pool.set_recall_window(std::time::Duration::ZERO);
     }
     let initial = pool.stats();
     prop_assert!(initial.capacity >= capacity && initial.capacity.is_multiple_of(4096));

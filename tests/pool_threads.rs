@@ -169,6 +169,7 @@ fn four_threads_with_decommit_on_every_release() {
     let pool = MemoryPool::new("threads-decommit", 8 << 20).unwrap();
     pool.set_retain_limit(0);
     pool.set_purge_delay(std::time::Duration::ZERO);
+    pool.set_recall_window(std::time::Duration::ZERO);
     let tally = Tally::default();
     let start = Barrier::new(4);
     std::thread::scope(|s| {

@@ -121,6 +121,7 @@ fn soak_100k_frames_stays_flat_and_gives_everything_back() {
     // memory leaves RSS once the arenas trim it.
     pool.set_retain_limit(1 << 20);
     pool.set_purge_delay(std::time::Duration::ZERO);
+    pool.set_recall_window(std::time::Duration::ZERO);
     let config = ArenaConfig::default()
         .first_block(16 * 1024)
         .trim_after_resets(60);

@@ -127,6 +127,13 @@ impl Cursor {
         self.ptr.store(p, Relaxed);
     }
 
+    /// Moves the window's end further into the same block (grown in place): `end` is at
+    /// or past the current end and carries the block's provenance.
+    pub(crate) fn extend_end(&self, end: *mut u8) {
+        debug_assert!(self.end.load(Relaxed).addr() <= end.addr());
+        self.end.store(end, Relaxed);
+    }
+
     /// Sets the position inside the window (a pop, a resize of the top, a rewind).
     ///
     /// `p` lies in `[start, end]` and carries the window's provenance: every caller derives

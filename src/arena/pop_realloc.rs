@@ -15,6 +15,7 @@
 use std::alloc::Layout;
 use std::ptr::{self, NonNull};
 
+use super::policy::round_block;
 use super::{COLOUR, COLOUR_MIN, MemoryArena, Reports};
 use crate::error::AllocError;
 use crate::poison;
@@ -117,7 +118,10 @@ impl<'pool> MemoryArena<'pool> {
         let p = ptr.as_ptr();
         let was_top = self.is_top(p, old.size());
         if was_top {
-            let avail = self.cursor.end().addr() - p.addr();
+            let mut avail = self.cursor.end().addr() - p.addr();
+            if new_size > avail && self.extend_in_place(p, new_size) {
+                avail = self.cursor.end().addr() - p.addr();
+            }
             if new_size <= avail {
                 // The top lies in the window: rebuild its pointer from the cursor's, so the
                 // result (and the poisoning through it) carries the block's provenance, not
@@ -167,6 +171,32 @@ impl<'pool> MemoryArena<'pool> {
             };
         }
         Ok(q)
+    }
+
+    /// Grows the current block in place, into the pool's free range after it, so that the
+    /// top allocation at `p` can reach `new_size` bytes without moving (no copy, no old
+    /// copy left behind). The window is grown to a whole block granule past the need.
+    /// `false` if the range after the block is not free (the caller moves the top).
+    #[cold]
+    fn extend_in_place(&self, p: *mut u8, new_size: usize) -> bool {
+        let start = self.cursor.start().addr();
+        let Some(usable) = p
+            .addr()
+            .checked_add(new_size)
+            .map(|end| round_block(end - start))
+        else {
+            return false;
+        };
+        let end = start.saturating_add(usable);
+        let grown = self
+            .chain
+            .lock()
+            .try_extend_current(self.pool, &self.cursor, end);
+        if grown {
+            // The block is larger: the next reset decides in full.
+            self.leave_steady_state();
+        }
+        grown
     }
 
     /// Skips one cache line before a moving grow, when the block has room for it.

@@ -10,21 +10,33 @@ use crate::block::{DIRTY, HEADER, MAGIC_USED, MemoryBlock};
 
 impl MemoryPool {
     /// Runs a decommit pass if the purge policy says one is due; `maintained`: called from
-    /// `maintain` (a pass of the frame clock).
+    /// `maintain` (a pass of the frame clock). The pass leaves as many dirty bytes as the
+    /// policy allows (the recall of a recent peak).
     pub(super) fn purge_if_due(&self, st: &mut State, maintained: bool) -> usize {
-        if st.purge.due(maintained) {
-            self.decommit_dirty(st)
+        let in_use = st.counters.in_use;
+        if st.purge.due(maintained, in_use) {
+            let keep = st.purge.allowance(in_use);
+            self.decommit_dirty(st, keep)
         } else {
             0
         }
     }
 
-    /// One decommit pass: gives back the pages of every dirty free range and resets the
-    /// release pressure. O(free ranges); under the lock, because a range must not be handed
-    /// out while its pages are being dropped. Returns the number of ranges decommitted.
-    fn decommit_dirty(&self, st: &mut State) -> usize {
-        // A segmented pool gives wholly free segments back first (whatever their pages).
-        let mut count = self.release_free_segments(st);
+    /// One decommit pass: gives back the pages of dirty free ranges, leaving at most `keep`
+    /// bytes of them resident (the first ranges in the index's order, the last of them in
+    /// part: its start), and
+    /// restarts the release pressure from what it left. O(free ranges); under the lock,
+    /// because a range must not be handed out while its pages are being dropped. Returns
+    /// the number of ranges decommitted.
+    fn decommit_dirty(&self, st: &mut State, keep: usize) -> usize {
+        // A segmented pool gives wholly free segments back first (whatever their pages),
+        // unless the recall keeps some dirty memory.
+        let mut count = if keep == 0 {
+            self.release_free_segments(st)
+        } else {
+            0
+        };
+        let mut kept = 0usize;
         let state = &*st;
         state.index.for_each(|b| {
             // SAFETY: a free block on our lists, under the lock. Its interior (between the
@@ -32,20 +44,37 @@ impl MemoryPool {
             unsafe {
                 if (*b).flags.load(Relaxed) & DIRTY != 0 {
                     let size = (*b).size;
-                    self.decommit(state, b.cast::<u8>().add(HEADER), size - HEADER - 8);
-                    (*b).flags.fetch_and(!DIRTY, Relaxed);
+                    // What may stay resident of this range: its first `stay` bytes.
+                    let stay = (keep - kept).min(size);
+                    kept += stay;
+                    if stay == size {
+                        return;
+                    }
+                    let interior = b.cast::<u8>().add(HEADER);
+                    let from = stay.max(HEADER) - HEADER;
+                    // Between the header and the footer, which stay committed.
+                    let len = (size - HEADER - 8).saturating_sub(from);
+                    if len == 0 {
+                        return;
+                    }
+                    self.decommit(state, interior.add(from), len);
+                    if stay <= HEADER {
+                        // Wholly decommitted; a range partly resident stays dirty.
+                        (*b).flags.fetch_and(!DIRTY, Relaxed);
+                    }
                     count += 1;
                 }
             }
         });
-        st.purge.passed();
+        st.purge.passed(kept);
         count
     }
 
     /// Sets the release pressure (bytes freed minus bytes acquired since the last decommit
     /// pass) above which free pages are given back to the OS once the purge delay has
     /// passed (default: capacity / 64, at most 4 MiB). After a peak, resident free memory
-    /// falls to about this much. O(1).
+    /// falls to about this much once the peak's recall has passed
+    /// ([`set_recall_window`](MemoryPool::set_recall_window)). O(1).
     ///
     /// ```
     /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
@@ -68,6 +97,30 @@ impl MemoryPool {
     /// ```
     pub fn set_purge_delay(&self, delay: Duration) {
         self.state.lock().purge.delay = delay;
+    }
+
+    /// Sets the recall window: how long the free pages a recent peak of use needed stay
+    /// resident after it (default 10 s, or 600 calls of [`maintain`](MemoryPool::maintain),
+    /// whichever comes first), so that a spike that recurs finds them and pays no page
+    /// faults. Past the window, half of what is kept goes back per purge delay. A peak that
+    /// returns after use had fallen below half of it stretches the window to twice its
+    /// period (up to 4 times the window set here). `Duration::ZERO` turns the recall off:
+    /// only the retain limit stays resident. O(1).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
+    /// pool.set_purge_delay(Duration::ZERO);
+    /// pool.set_retain_limit(0);
+    /// let block = pool.allocate_block(256 * 1024).unwrap();
+    /// // SAFETY: from this pool, not used afterwards.
+    /// unsafe { pool.free_block(block) };
+    /// assert_eq!(pool.maintain(), 0, "the peak's pages stay: a recurrence finds them");
+    /// pool.set_recall_window(Duration::ZERO);
+    /// assert_eq!(pool.maintain(), 1, "no recall: the free range goes back");
+    /// ```
+    pub fn set_recall_window(&self, window: Duration) {
+        self.state.lock().purge.set_recall(window);
     }
 
     /// Gives free pages back to the OS if release pressure has stayed above the retain
@@ -137,6 +190,6 @@ impl MemoryPool {
     /// ```
     pub fn trim(&self) -> usize {
         let mut st = self.state.lock();
-        self.decommit_dirty(&mut st)
+        self.decommit_dirty(&mut st, 0)
     }
 }

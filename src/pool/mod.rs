@@ -10,10 +10,10 @@
 //! - [`release`]: a freed block merges with its free physical neighbours at once (boundary
 //!   tags, see [`crate::block`]), so two free blocks are never adjacent and releasing
 //!   everything restores the single initial range.
+//! - [`extend`]: a used block grown in place into the free range after it.
 //! - [`maintain`] and [`purge`]: when release pressure has lasted past a delay, free pages
-//!   go back to the OS.
-//! - [`quarantine`]: a debug aid that keeps freed blocks inaccessible for a few frames.
-//! - [`stats`]: the counters.
+//!   go back to the OS, but not those a recent peak of use needed (the recall).
+//! - [`quarantine`]: freed blocks kept inaccessible for a few frames; [`stats`]: counters.
 //! - [`space`]: where the blocks live: one region reserved once ([`crate::vm`]), pages
 //!   committed as blocks are handed out; or, on the web, segments taken as needed.
 //!   [`spans`]: the pool's operations on them.
@@ -30,6 +30,7 @@
 //! misaligned, double-freed or corrupted block panics, naming the pool and the address,
 //! before anything is touched.
 
+mod extend;
 mod footer;
 mod maintain;
 mod purge;
@@ -364,7 +365,8 @@ impl MemoryPool {
         c.blocks_in_use += 1;
         c.allocations += 1;
         c.high_watermark = c.high_watermark.max(c.in_use);
-        st.purge.acquired(size);
+        let in_use = c.in_use;
+        st.purge.acquired(size, in_use);
         drop(st);
 
         // SAFETY: `carve` never returns null.

@@ -67,7 +67,7 @@ impl MemoryPool {
     /// that holds it, and that span's end: the first check `free_block` makes, before
     /// touching anything (the address is read as a number only). Panics naming the pool
     /// and the address if it is not a block's place in this pool.
-    fn own_block(&self, block: NonNull<MemoryBlock>) -> (NonNull<MemoryBlock>, usize) {
+    pub(super) fn own_block(&self, block: NonNull<MemoryBlock>) -> (NonNull<MemoryBlock>, usize) {
         let addr = block.as_ptr().addr();
         let span = self
             .span_of(addr)
@@ -124,7 +124,7 @@ impl MemoryPool {
             st.counters.in_use -= size;
             st.counters.blocks_in_use -= 1;
             st.counters.frees += 1;
-            st.purge.released(size);
+            st.purge.released(size, st.counters.in_use);
 
             let mut start = b;
             let mut total = size;

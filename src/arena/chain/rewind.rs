@@ -168,11 +168,10 @@ impl Chain {
     /// size (`Replace`), gives every other block back, and puts the cursor at the start
     /// of the kept block. Returns whether a replacement was made.
     ///
-    /// Everything else goes back *before* a replacement is asked for, so a tight pool has
-    /// room for it. If the pool still refuses, the largest block is given back too and
-    /// asked for again at the new size, then at its old size; if even that fails (another
-    /// thread took the space) the arena holds no block and takes one on its next
-    /// allocation.
+    /// Every block goes back *before* a replacement is asked for, so the pool has room for
+    /// it and never holds both. If the pool refuses, a block of the largest one's old size
+    /// is asked for; if even that fails (another thread took the space) the arena holds no
+    /// block and takes one on its next allocation.
     ///
     /// The caller proved (`&mut` on the arena) that nothing handed out is alive.
     pub(crate) fn reset(&mut self, pool: &MemoryPool, cursor: &Cursor, decision: Decision) -> bool {
@@ -212,13 +211,15 @@ impl Chain {
         let mut keep = largest;
         let mut replaced = false;
         if let Decision::Replace(size) = decision {
-            // A pool that grows by segments (the web) cannot merge two segments: the
-            // replacement reuses the memory of the blocks it replaces only once all of them
-            // are back, the largest included (taken again at its size if need be, below).
-            // Its tag is credited only once the replacement is taken, as if it were still
-            // held: a budget sees no dip and no second crossing.
+            // The replacement reuses the memory of the blocks it replaces, the largest
+            // included: all of them are back before it is asked for, so the pool never
+            // holds both (at a spike's reset that was twice the spike), the range they
+            // merge into can serve it with its pages still resident, and a pool that grows
+            // by segments (the web), which cannot merge two segments, can reuse them at
+            // all. The tag is credited for the largest only once the replacement is taken,
+            // as if it were still held: a budget sees no dip and no second crossing.
             let mut old = None;
-            if pool.grows_by_segments() && !keep.is_null() {
+            if !keep.is_null() {
                 // SAFETY: `keep` is ours, unlinked and dead.
                 unsafe {
                     let capacity = (*keep).capacity();
@@ -230,31 +231,15 @@ impl Chain {
             if let Some((capacity, owed)) = old {
                 self.credit(pool, owed);
                 if fresh.is_err() {
-                    // Refused with the old block still counted (a limit): again without
-                    // it, or a block like the old one.
+                    // Refused with the old block still counted (a limit), or its range
+                    // taken by another thread meanwhile: again without it, or a block
+                    // like the old one, or none (the next allocation takes one).
                     fresh = self
                         .take_block(pool, size, Ask::Tentatively)
                         .or_else(|_| self.take_block(pool, capacity, Ask::Tentatively));
                 }
             }
-            if fresh.is_err() && !keep.is_null() {
-                // Tight pool: the replacement may only fit once the largest is back too.
-                // If it still does not, take a block like the old one again (the range
-                // just merged back), or hold none.
-                // SAFETY: `keep` is ours, unlinked and dead.
-                let old_capacity = unsafe { (*keep).capacity() };
-                // SAFETY: as above.
-                unsafe { self.release(pool, keep) };
-                keep = ptr::null_mut();
-                fresh = self
-                    .take_block(pool, size, Ask::Tentatively)
-                    .or_else(|_| self.take_block(pool, old_capacity, Ask::Tentatively));
-            }
             if let Ok(block) = fresh {
-                if !keep.is_null() {
-                    // SAFETY: as above.
-                    unsafe { self.release(pool, keep) };
-                }
                 keep = block;
                 replaced = true;
             }
