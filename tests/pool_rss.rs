@@ -200,6 +200,42 @@ fn rss_follows_use() {
     pool.trim();
     assert_rss!(above(baseline) <= SLACK as isize);
 
+    // (c') A peak that recurs every 400 frames keeps its pages resident between its
+    // returns, and faults nothing in again: from the second return on, the RSS after it
+    // is what it was after the first.
+    let baseline = rss();
+    let mut after_first = 0;
+    for round in 0..3 {
+        let blocks = allocate_peak(&pool);
+        let at_peak = above(baseline);
+        free_all(&pool, blocks);
+        for _ in 0..400 {
+            pool.maintain();
+        }
+        let between = above(baseline);
+        println!(
+            "recurring peak, return {round}: RSS {} at it, {} 400 frames after",
+            mib(at_peak),
+            mib(between)
+        );
+        assert_rss!(
+            between >= (PEAK - SLACK) as isize,
+            "a recurring peak's pages went back between its returns: {}",
+            mib(between)
+        );
+        if round == 0 {
+            after_first = between;
+        } else {
+            assert_rss!(
+                (between - after_first).abs() <= SLACK as isize,
+                "return {round} took more pages: {} after it, {} after the first",
+                mib(between),
+                mib(after_first)
+            );
+        }
+    }
+    pool.trim();
+
     // (d) Retain limit "never": freed memory stays resident until `trim()`.
     pool.set_retain_limit(usize::MAX);
     pool.set_purge_delay(Duration::ZERO);
