@@ -1,5 +1,6 @@
 //! Physical memory: creating a pool costs almost no RSS, and memory freed after a peak goes
-//! back to the OS (down to the retain limit on its own, all of it after `trim()`).
+//! back to the OS (down to the retain limit on its own once the peak's recall has passed,
+//! all of it after `trim()`), while a peak that recurs keeps its pages.
 //!
 //! RSS is process-wide and the tests of one binary run on parallel threads, so every
 //! measurement lives in the single `#[test]` below. Linux only (`/proc/self/statm`).
