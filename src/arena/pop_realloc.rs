@@ -48,6 +48,7 @@ impl<'pool> MemoryArena<'pool> {
     /// }
     /// assert_eq!(arena.alloc(layout), top);
     /// ```
+    #[inline]
     pub unsafe fn pop(&self, ptr: NonNull<u8>, layout: Layout) -> bool {
         let ptr = ptr.as_ptr();
         if !self.is_top(ptr, layout.size()) {
