@@ -15,7 +15,9 @@ use crate::per_thread;
 /// idle, or held more than twice what it needed, over those calls gives all of its memory
 /// back to the scratch pool; then [`MemoryPool::maintain`](crate::MemoryPool::maintain)
 /// runs on each global pool that exists, giving free pages back to the OS where release
-/// pressure has lasted past the purge delay. Call it once per frame (the Bevy plugin does);
+/// pressure has lasted past the purge delay (but not those a recent peak needed while it
+/// is recalled: see [`MemoryPool::set_recall_window`](crate::MemoryPool::set_recall_window)).
+/// Call it once per frame (the Bevy plugin does);
 /// cheap when nothing is due: O(threads × scratch arenas per thread) at a window's end,
 /// O(threads) otherwise, plus O(1) per pool, or O(free ranges) where a decommit pass runs.
 ///
