@@ -227,3 +227,45 @@ fn tagged_batches_in_par_iter_charge_the_systems_tag() {
         after - before
     );
 }
+
+/// `App::run` takes the app: with `exit_report` set, the frame that sends `AppExit` ends
+/// by writing the ledger's table, so a program that only calls `run` still gets it.
+#[test]
+fn the_ledger_is_reported_when_a_running_app_exits() {
+    use bevy_app::{AppExit, ScheduleRunnerPlugin};
+    use nebula_memory::bevy::{ExitReport, ScratchTag, TaggedScratch};
+    struct Exiting;
+    impl ScratchTag for Exiting {
+        const TAG: &'static str = "bl_exit/work";
+    }
+    fn work(
+        scratch: TaggedScratch<Exiting>,
+        mut frame: Local<u32>,
+        mut exit: MessageWriter<AppExit>,
+    ) {
+        scratch.alloc_slice(3000, 1u8);
+        *frame += 1;
+        if *frame == 5 {
+            exit.write(AppExit::Success);
+        }
+    }
+    let path = std::env::temp_dir().join(format!("bl_exit_{}.txt", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let mut app = App::new();
+    app.add_plugins((
+        ScheduleRunnerPlugin::run_loop(std::time::Duration::ZERO),
+        MemoryPlugin {
+            exit_report: ExitReport::File(path.clone()),
+            ..Default::default()
+        },
+    ))
+    .add_systems(Update, work);
+    assert_eq!(app.run(), AppExit::Success);
+    let report = std::fs::read_to_string(&path).expect("the exit report was written");
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        report.starts_with("nebula_memory ledger at exit (frame 5)"),
+        "{report}"
+    );
+    assert!(report.contains("bl_exit"), "{report}");
+}

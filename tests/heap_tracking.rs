@@ -369,13 +369,19 @@ mod bevy_systems {
         // another test is told. A steady cost shows in every frame; so some frame of the
         // next 20 allocates nothing at all.
         let systems = [
-            "reset_game_arena_on_request",
-            "reset_frame_arenas_system",
-            "end_ledger_frame",
-            "publish_memory_diagnostics",
-            "attribute_systems",
-            "frame_work",
+            "nebula_memory/reset_game_arena_on_request",
+            "nebula_memory/reset_frame_arenas_system",
+            "nebula_memory/end_ledger_frame",
+            "nebula_memory/watch_budgets",
+            "nebula_memory/publish_memory_diagnostics",
+            "systems/frame_work",
         ];
+        {
+            let ledger = app.world().resource::<MemoryLedger>();
+            for system in systems {
+                assert!(ledger.tag(system).is_some(), "no line {system}");
+            }
+        }
         let mut seen = Vec::new();
         let quiet = (0..20).any(|_| {
             app.update();
@@ -383,7 +389,7 @@ mod bevy_systems {
             let calls: Vec<_> = systems
                 .iter()
                 .map(|system| {
-                    let f = ledger.tag(&format!("systems/{system}")).unwrap_or_default();
+                    let f = ledger.tag(system).unwrap_or_default();
                     (*system, f.heap_allocs, f.heap_frees)
                 })
                 .filter(|&(_, allocs, frees)| (allocs, frees) != (0, 0))
@@ -394,5 +400,167 @@ mod bevy_systems {
         });
         assert!(quiet, "every frame allocated: {seen:?}");
         let _ = std::fs::remove_file(csv);
+    }
+
+    /// Systems of the same name get a line each (`<name> #2`), never one merged line;
+    /// `SystemLines::ByName` groups them when the app asks; the crate's own systems are
+    /// lines under `nebula_memory/`, apart from the app's.
+    #[test]
+    fn every_system_is_told_apart_and_the_crates_own_stand_aside() {
+        use nebula_memory::bevy::SystemLines;
+        fn keeps(bytes: usize) -> impl FnMut(ResMut<Kept>) {
+            move |mut kept: ResMut<Kept>| kept.0.push(vec![0u64; bytes / 8])
+        }
+        let _frames = super::frames();
+        for lines in [SystemLines::PerSystem, SystemLines::ByName] {
+            let mut app = App::new();
+            app.add_plugins(MemoryPlugin {
+                system_lines: lines,
+                ..MemoryPlugin::default()
+            })
+            .init_resource::<Kept>()
+            // Three closures made by one function: one name, three systems.
+            .add_systems(Update, (keeps(8_000), keeps(16_000), keeps(24_000)).chain());
+            let name = app
+                .world()
+                .resource::<MemoryLedger>()
+                .tags()
+                .map(|(t, _)| t)
+                .find(|t| t.starts_with("systems/") && t.contains("keeps"))
+                .map(str::to_owned);
+            app.update();
+            let ledger = app.world().resource::<MemoryLedger>();
+            let line = name.unwrap_or_else(|| {
+                ledger
+                    .tags()
+                    .map(|(t, _)| t)
+                    .find(|t| t.starts_with("systems/") && t.contains("keeps"))
+                    .expect("a line for the closures")
+                    .to_owned()
+            });
+            let base = line.split(" #").next().unwrap().to_owned();
+            let live = |tag: &str| ledger.tag(tag).map(|f| f.heap_live);
+            match lines {
+                SystemLines::PerSystem => {
+                    let each = [
+                        live(&base),
+                        live(&format!("{base} #2")),
+                        live(&format!("{base} #3")),
+                    ];
+                    let mut sizes: Vec<usize> = each.iter().map(|b| b.unwrap_or(0)).collect();
+                    sizes.sort_unstable();
+                    assert!(
+                        sizes[0] >= 8_000 && sizes[1] >= 16_000 && sizes[2] >= 24_000,
+                        "{base}: {each:?}"
+                    );
+                    assert!(sizes[2] < 48_000, "each line is one system's: {each:?}");
+                }
+                SystemLines::ByName => {
+                    assert!(
+                        live(&base).is_some_and(|b| b >= 48_000),
+                        "{:?}",
+                        live(&base)
+                    );
+                    // (The line exists if the first app made it: it charges nothing now.)
+                    assert_eq!(live(&format!("{base} #2")).unwrap_or(0), 0);
+                }
+            }
+            for own in ["end_ledger_frame", "publish_memory_diagnostics"] {
+                assert!(
+                    ledger.tag(&format!("nebula_memory/{own}")).is_some(),
+                    "{own}"
+                );
+                assert_eq!(ledger.tag(&format!("systems/{own}")), None, "{own}");
+            }
+        }
+    }
+
+    /// A budget names a system by its function and lands on that system's line.
+    #[test]
+    fn a_budget_names_a_system_by_its_function() {
+        use nebula_memory::ledger::Budget;
+        fn budgeted_system(mut kept: ResMut<Kept>) {
+            kept.0.push(vec![0u64; 100]);
+        }
+        let _frames = super::frames();
+        let mut app = App::new();
+        app.add_plugins(MemoryPlugin::default().budget_for(budgeted_system, Budget::Warn(1 << 30)))
+            .init_resource::<Kept>()
+            .add_systems(Update, budgeted_system);
+        app.update();
+        let f = ledger::snapshot()
+            .tag("systems/budgeted_system")
+            .expect("the system's line");
+        assert_eq!(f.warn_budget, Some(1 << 30));
+    }
+
+    /// A tag budget nothing is charged to and a system budget no system is made from are
+    /// each reported once, after the watch's frames; budgets that name something are not.
+    #[test]
+    fn a_budget_that_names_nothing_is_reported_once() {
+        use nebula_memory::bevy::BUDGET_WATCH_FRAMES;
+        use nebula_memory::ledger::Budget;
+        use std::sync::{Arc, Mutex as StdMutex};
+        fn never_added() {}
+        fn present_system(mut kept: ResMut<Kept>) {
+            kept.0.push(vec![0u64; 10]);
+        }
+        let _frames = super::frames();
+        let warnings = Arc::new(StdMutex::new(Vec::<String>::new()));
+        let sink = warnings.clone();
+        let subscriber = crate::common::OnEvent(move |event: &tracing::Event<'_>| {
+            if *event.metadata().level() == tracing::Level::WARN {
+                let mut text = String::new();
+                struct Text<'a>(&'a mut String);
+                impl tracing::field::Visit for Text<'_> {
+                    fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                        if f.name() == "message" {
+                            self.0.push_str(&format!("{v:?}"));
+                        }
+                    }
+                }
+                event.record(&mut Text(&mut text));
+                if text.contains("a budget names") {
+                    sink.lock().unwrap().push(text);
+                }
+            }
+        });
+        tracing::subscriber::with_default(subscriber, || {
+            let mut app = App::new();
+            app.add_plugins(
+                MemoryPlugin {
+                    tag_budgets: vec![
+                        ("ht/no/such/tag", Budget::Warn(1)),
+                        ("systems/present_system", Budget::Warn(1 << 30)),
+                    ],
+                    ..MemoryPlugin::default()
+                }
+                .budget_for(never_added, Budget::Warn(1))
+                .budget_for(present_system, Budget::Warn(1 << 30)),
+            )
+            .init_resource::<Kept>()
+            .add_systems(Update, present_system)
+            // On this thread, where the test's subscriber is.
+            .edit_schedule(bevy_app::Last, |s| {
+                s.set_executor(bevy_ecs::schedule::SingleThreadedExecutor::new());
+            });
+            for _ in 0..BUDGET_WATCH_FRAMES - 2 {
+                app.update();
+            }
+            assert!(warnings.lock().unwrap().is_empty(), "reported too early");
+            for _ in 0..BUDGET_WATCH_FRAMES {
+                app.update();
+            }
+        });
+        let warnings = warnings.lock().unwrap();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings.iter().any(|w| w.contains("ht/no/such/tag")),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings.iter().any(|w| w.contains("never_added")),
+            "{warnings:?}"
+        );
     }
 }

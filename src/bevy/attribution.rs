@@ -23,6 +23,21 @@
 //! initialized with some access is left alone, since its recorded access would be lost.
 //! `ApplyDeferred` sync points, which the executor recognizes by type, are left alone too.
 //!
+//! **Every system a line of its own.** A system's line is `systems/<short name>`; a second
+//! system of the same name (the same function added twice, or Bevy's piped and closure
+//! systems, whose names say little) gets `systems/<short name> #2`, and so on, in the
+//! order they are wrapped: equal names never merge silently. Grouping them is the app's
+//! choice ([`SystemLines::ByName`]). The crate's own systems (the frame end) are lines
+//! under `nebula_memory/`, apart from the app's (the wrapping itself runs unwrapped: it
+//! allocates only when new systems appear). Bevy's
+//! `Main::run_main` is the system that runs the main schedules one after the other: its
+//! line is what Bevy's executor allocates around the systems it runs (task queues,
+//! schedule buffers), not any system's work.
+//!
+//! **Budgets by system.** [`MemoryPlugin::budget_for`](super::MemoryPlugin::budget_for)
+//! names a system by its function; the budget is set on the line of every system wrapped
+//! with that function's name.
+//!
 //! **What it does not see.** Work a system hands to other threads (a `par_iter` body, a
 //! task) runs in those threads' scopes: charge it with
 //! `par_iter().for_each_init(|| ledger::scope("systems/…"), |_, item| …)`. Run conditions
@@ -30,7 +45,7 @@
 //! this module sees it.
 
 use std::any::TypeId;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use bevy_ecs::change_detection::{CheckChangeTicks, Tick};
 use bevy_ecs::prelude::*;
@@ -41,10 +56,41 @@ use bevy_ecs::utils::prelude::DebugName;
 use bevy_ecs::world::DeferredWorld;
 use bevy_ecs::world::unsafe_world_cell::UnsafeWorldCell;
 
-use crate::ledger::{TagScope, node_heap_id};
+use crate::ledger::{self, Budget, TagScope, node_heap_id};
 
 /// The parent tag of every system's heap line.
 pub const SYSTEMS_TAG: &str = "systems";
+
+/// The parent tag of the crate's own systems' heap lines (its frame end, the wrapping).
+pub const CRATE_SYSTEMS_TAG: &str = "nebula_memory";
+
+/// How systems of the same name are shown in the ledger (`MemoryPlugin::system_lines`).
+///
+/// ```
+/// use nebula_memory::bevy::{MemoryPlugin, SystemLines};
+/// let plugin = MemoryPlugin {
+///     system_lines: SystemLines::ByName,
+///     ..Default::default()
+/// };
+/// # let _ = plugin;
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SystemLines {
+    /// Each system a line of its own: the second of a name is `<name> #2`, and so on.
+    #[default]
+    PerSystem,
+    /// Systems of the same short name share one line.
+    ByName,
+}
+
+/// What the plugin asked of the wrapping: how to name lines, and the budgets to set on
+/// the lines of the systems of a function (by the function's full name), each with
+/// whether a system of it was found yet.
+#[derive(Resource, Default)]
+pub(crate) struct AttributionConfig {
+    pub(crate) lines: SystemLines,
+    pub(crate) budgets: Vec<(String, Budget, bool)>,
+}
 
 /// A schedule system that runs in its tag's heap scope.
 struct Attributed {
@@ -119,19 +165,36 @@ impl System for Attributed {
 }
 
 /// The systems already wrapped, by schedule and key (a rebuilt schedule hands its systems
-/// back to its graph, wrappers included).
+/// back to its graph, wrappers included), and how many systems took each line so far.
 #[derive(Resource, Default)]
-pub(crate) struct AttributedSystems(HashSet<(InternedScheduleLabel, SystemKey)>);
+pub(crate) struct AttributedSystems {
+    done: HashSet<(InternedScheduleLabel, SystemKey)>,
+    lines: HashMap<String, u32>,
+}
 
-/// The heap tag of a system: `systems/<short name>`, a `/` in the name made a `:`.
-fn tag_of(name: &DebugName) -> String {
+/// The heap tag of a system: `systems/<short name>` (`nebula_memory/<short name>` for the
+/// crate's own), a `/` in the name made a `:`; with [`SystemLines::PerSystem`], ` #n` after
+/// the name of the n-th system to take it.
+fn tag_of(name: &DebugName, lines: SystemLines, taken: &mut HashMap<String, u32>) -> String {
     let short = name.shortname().to_string().replace('/', ":");
     let short = if short.is_empty() {
         "(unnamed)".to_owned()
     } else {
         short
     };
-    format!("{SYSTEMS_TAG}/{short}")
+    let parent = if name.to_string().starts_with("nebula_memory::") {
+        CRATE_SYSTEMS_TAG
+    } else {
+        SYSTEMS_TAG
+    };
+    let line = format!("{parent}/{short}");
+    let n = taken.entry(line.clone()).or_insert(0);
+    *n += 1;
+    if *n == 1 || lines == SystemLines::ByName {
+        line
+    } else {
+        format!("{line} #{n}")
+    }
 }
 
 /// Wraps every system of every schedule of `world` that is not wrapped yet and can be
@@ -152,6 +215,9 @@ pub(crate) fn attribute_systems(world: &mut World) {
     let mut done = world
         .remove_resource::<AttributedSystems>()
         .unwrap_or_default();
+    let mut config = world
+        .remove_resource::<AttributionConfig>()
+        .unwrap_or_default();
     for (_, schedule) in schedules.iter_mut() {
         let label = schedule.label();
         let systems = &mut schedule.graph_mut().systems;
@@ -160,7 +226,7 @@ pub(crate) fn attribute_systems(world: &mut World) {
         }
         let keys: Vec<SystemKey> = systems.iter().map(|(key, _, _)| key).collect();
         for key in keys {
-            if done.0.contains(&(label, key)) {
+            if done.done.contains(&(label, key)) {
                 continue;
             }
             let Some(slot) = systems.get_mut(key) else {
@@ -171,7 +237,15 @@ pub(crate) fn attribute_systems(world: &mut World) {
             {
                 continue;
             }
-            let tag = tag_of(&slot.system().name());
+            let name = slot.system().name();
+            let tag = tag_of(&name, config.lines, &mut done.lines);
+            let full = name.to_string();
+            for (function, budget, found) in &mut config.budgets {
+                if *function == full {
+                    *found = true;
+                    ledger::set_budget_named(&tag, *budget);
+                }
+            }
             let placeholder: Box<dyn System<In = (), Out = ()>> =
                 Box::new(IntoSystem::into_system(|| {}));
             let inner = std::mem::replace(slot, SystemWithAccess::new(placeholder));
@@ -179,9 +253,10 @@ pub(crate) fn attribute_systems(world: &mut World) {
                 inner,
                 tag: node_heap_id(&tag),
             }));
-            done.0.insert((label, key));
+            done.done.insert((label, key));
         }
     }
+    world.insert_resource(config);
     world.insert_resource(done);
     world.insert_resource(schedules);
 }

@@ -33,6 +33,27 @@ use crate::ledger::{self, LedgerSnapshot};
 /// assert!(ledger.tag("scratch/systems").unwrap().held > 0);
 /// println!("{}", **ledger); // the tree table
 /// ```
+///
+/// **Reading it every frame.** The plugin updates it in `Last`, in
+/// [`MemorySystems::Reset`](super::MemorySystems::Reset); a system that reads it there
+/// sees the frame just ended (anywhere else, the one before):
+///
+/// ```standalone_crate
+/// use bevy_app::{App, Last};
+/// use bevy_ecs::prelude::*;
+/// use nebula_memory::bevy::{MemoryLedger, MemoryPlugin, MemorySystems};
+///
+/// fn watch(ledger: Res<MemoryLedger>, mut seen: Local<u64>) {
+///     *seen = ledger.frame(); // this frame's figures
+/// }
+/// let mut app = App::new();
+/// app.add_plugins(MemoryPlugin::default())
+///     .add_systems(Last, watch.after(MemorySystems::Reset));
+/// app.update();
+/// ```
+///
+/// A program that only calls `App::run` (which takes the app) gets the table when it exits
+/// with `MemoryPlugin::exit_report`.
 #[derive(Resource, Default)]
 pub struct MemoryLedger {
     snapshot: LedgerSnapshot,

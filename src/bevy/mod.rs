@@ -31,13 +31,17 @@
 //!   top-level tag, and optionally a per-frame CSV.
 
 mod attribution;
+mod budget_watch;
+mod exit_report;
 mod ledger;
 mod plugin;
 mod resources;
 mod scratch;
 mod stats;
 
-pub use attribution::SYSTEMS_TAG;
+pub use attribution::{CRATE_SYSTEMS_TAG, SYSTEMS_TAG, SystemLines};
+pub use budget_watch::BUDGET_WATCH_FRAMES;
+pub use exit_report::ExitReport;
 pub use ledger::MemoryLedger;
 pub use plugin::{MemoryPlugin, MemorySystems, reset_frame_arenas_system};
 pub use resources::{

@@ -16,7 +16,9 @@ use std::path::PathBuf;
 use bevy_app::{App, First, Last, Plugin};
 use bevy_ecs::prelude::*;
 
-use super::attribution::attribute_systems;
+use super::attribution::{AttributionConfig, SystemLines, attribute_systems};
+use super::budget_watch::{BudgetWatch, watch_budgets};
+use super::exit_report::{ExitReport, report_on_exit};
 use super::ledger::{MemoryLedger, end_ledger_frame};
 use super::resources::{
     EngineMemory, FrameMemory, GameMemory, ResetGameArena, reset_game_arena_on_request,
@@ -98,6 +100,38 @@ pub struct MemoryPlugin {
     /// of its own. Counts only with a [`TrackingAllocator`](crate::TrackingAllocator) as
     /// the global allocator; costs two thread-local writes per system run.
     pub attribute_systems: bool,
+    /// Whether systems of the same name get a line each (`<name> #2`, the default) or
+    /// share one.
+    pub system_lines: SystemLines,
+    /// Ledger budgets per system, by the system's full type name: see
+    /// [`budget_for`](MemoryPlugin::budget_for), which fills it.
+    pub system_budgets: Vec<(String, Budget)>,
+    /// Where to write the ledger's table when the app exits (default: nowhere). For a
+    /// program that only calls `App::run`, which takes the app.
+    pub exit_report: ExitReport,
+}
+
+impl MemoryPlugin {
+    /// Sets `budget` on the ledger line of every system made from `system` (a function or
+    /// closure): named by the function, not by a typed-out tag. Like a tag budget, one that
+    /// names no system of the app is reported once (a WARN after
+    /// [`BUDGET_WATCH_FRAMES`](super::BUDGET_WATCH_FRAMES) frames). Needs
+    /// `attribute_systems`.
+    ///
+    /// ```
+    /// use nebula_memory::bevy::MemoryPlugin;
+    /// use nebula_memory::ledger::Budget;
+    ///
+    /// fn physics_system() {}
+    /// let plugin = MemoryPlugin::default().budget_for(physics_system, Budget::Warn(1 << 20));
+    /// assert_eq!(plugin.system_budgets.len(), 1);
+    /// assert!(plugin.system_budgets[0].0.ends_with("physics_system"));
+    /// ```
+    pub fn budget_for<M>(mut self, system: impl IntoSystem<(), (), M>, budget: Budget) -> Self {
+        let name = IntoSystem::into_system(system).name().to_string();
+        self.system_budgets.push((name, budget));
+        self
+    }
 }
 
 impl Default for MemoryPlugin {
@@ -112,6 +146,9 @@ impl Default for MemoryPlugin {
             tag_budgets: Vec::new(),
             ledger_csv: None,
             attribute_systems: true,
+            system_lines: SystemLines::default(),
+            system_budgets: Vec::new(),
+            exit_report: ExitReport::Off,
         }
     }
 }
@@ -156,6 +193,16 @@ impl Plugin for MemoryPlugin {
         for &(tag, budget) in &self.tag_budgets {
             ledger::set_budget(tag, budget);
         }
+        app.insert_resource(BudgetWatch::new(self.tag_budgets.iter().map(|&(t, _)| t)))
+            .insert_resource(self.exit_report.clone())
+            .insert_resource(AttributionConfig {
+                lines: self.system_lines,
+                budgets: self
+                    .system_budgets
+                    .iter()
+                    .map(|(name, budget)| (name.clone(), *budget, false))
+                    .collect(),
+            });
         let memory_ledger = match &self.ledger_csv {
             Some(path) => MemoryLedger::with_csv(path).unwrap_or_else(|e| {
                 panic!(
@@ -180,6 +227,8 @@ impl Plugin for MemoryPlugin {
                     reset_game_arena_on_request,
                     reset_frame_arenas_system,
                     end_ledger_frame,
+                    watch_budgets,
+                    report_on_exit,
                     publish_memory_diagnostics,
                 )
                     .chain()

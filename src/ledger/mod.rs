@@ -163,6 +163,16 @@ pub fn set_budget(tag: &'static str, budget: Budget) {
     }
 }
 
+/// [`set_budget`] for a tag spelt at run time (a system's line). O(tags).
+#[cfg(feature = "bevy")]
+pub(crate) fn set_budget_named(tag: &str, budget: Budget) {
+    let n = node::node_named(tag);
+    match budget {
+        Budget::Warn(bytes) => n.set_warn(bytes),
+        Budget::Limit(bytes) => n.set_limit(bytes),
+    }
+}
+
 /// Removes both budgets of `tag`. O(tags).
 ///
 /// ```

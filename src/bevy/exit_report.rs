@@ -1,0 +1,69 @@
+//! The ledger when the app exits: `App::run` takes the app, so a program that only calls
+//! `run` cannot read [`MemoryLedger`] afterwards. With `MemoryPlugin::exit_report` set,
+//! the frame in which an [`AppExit`] is sent ends by writing the ledger's table (the same
+//! as `println!("{}", **ledger)`) where the app asked.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use bevy_app::AppExit;
+use bevy_ecs::message::MessageReader;
+use bevy_ecs::prelude::*;
+
+use super::ledger::MemoryLedger;
+
+/// Where [`MemoryPlugin`](super::MemoryPlugin) writes the ledger's table when the app
+/// exits.
+///
+/// ```
+/// use nebula_memory::bevy::{ExitReport, MemoryPlugin};
+/// let plugin = MemoryPlugin {
+///     exit_report: ExitReport::Stderr,
+///     ..Default::default()
+/// };
+/// # let _ = plugin;
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Resource)]
+pub enum ExitReport {
+    /// No report (the default).
+    #[default]
+    Off,
+    /// The table on standard error.
+    Stderr,
+    /// The table in this file (created or truncated); if it cannot be written, a WARN
+    /// says why.
+    File(PathBuf),
+}
+
+/// After the ledger's frame end: if an `AppExit` was sent this frame, writes the table.
+pub(crate) fn report_on_exit(
+    mut exits: MessageReader<AppExit>,
+    report: Option<Res<ExitReport>>,
+    ledger: Option<Res<MemoryLedger>>,
+) {
+    if exits.read().next().is_none() {
+        return;
+    }
+    let (Some(report), Some(ledger)) = (report, ledger) else {
+        return;
+    };
+    let table = format!(
+        "nebula_memory ledger at exit (frame {}):\n{}",
+        ledger.frame(),
+        **ledger
+    );
+    match &*report {
+        ExitReport::Off => {}
+        ExitReport::Stderr => {
+            let _ = std::io::stderr().lock().write_all(table.as_bytes());
+        }
+        ExitReport::File(path) => {
+            if let Err(e) = std::fs::write(path, table) {
+                tracing::warn!(
+                    path = %path.display(),
+                    "MemoryPlugin: cannot write the exit report: {e}"
+                );
+            }
+        }
+    }
+}
