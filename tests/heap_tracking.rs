@@ -270,14 +270,98 @@ fn csv_rows_carry_the_heap_columns_and_an_untagged_heap_row() {
             "heap_live_bytes",
             "heap_peak_bytes",
             "heap_allocs",
-            "heap_frees"
+            "heap_frees",
+            "heap_alloc_bytes",
+            "heap_free_bytes",
+            "heap_rising_windows"
         ]
     );
+    for line in text.lines().filter(|l| !l.contains('"')) {
+        assert_eq!(line.split(',').count(), header.len(), "{line}");
+    }
     let row = text.lines().find(|l| l.starts_with("3,ht/csv,")).unwrap();
     let live: usize = row.split(',').nth(12).unwrap().parse().unwrap();
     assert!(live >= 4096, "{row}");
     assert!(text.lines().any(|l| l.starts_with("3,(untagged heap),")));
     drop(v);
+}
+
+/// A frame's heap bytes: what was allocated and freed under a tag since the last frame
+/// end, including what came and went within the frame (which `heap_live` cannot show).
+#[test]
+fn a_frame_counts_the_bytes_allocated_and_freed_under_a_tag() {
+    let _frames = frames();
+    ledger::end_frame();
+    let kept = {
+        let _s = ledger::scope("ht/frame_bytes");
+        let kept: Vec<u8> = black_box(Vec::with_capacity(1000));
+        drop(black_box(Vec::<u8>::with_capacity(3000)));
+        kept
+    };
+    let f = ledger::end_frame().tag("ht/frame_bytes").unwrap();
+    assert_eq!(
+        (f.heap_alloc_bytes, f.heap_free_bytes),
+        (4000, 3000),
+        "{f:?}"
+    );
+    assert_eq!(f.heap_live, 1000);
+    drop(kept);
+    let f = ledger::end_frame().tag("ht/frame_bytes").unwrap();
+    assert_eq!((f.heap_alloc_bytes, f.heap_free_bytes), (0, 1000), "{f:?}");
+}
+
+/// A tag that keeps heap every frame is reported once as rising, with the windows it rose
+/// in; a tag that allocates and frees every frame is not.
+#[test]
+fn a_tag_whose_heap_keeps_rising_is_reported_once_and_a_steady_one_is_not() {
+    use std::sync::{Arc, Mutex as StdMutex};
+    let _frames = frames();
+    let reports = Arc::new(StdMutex::new(Vec::<String>::new()));
+    let sink = reports.clone();
+    let subscriber = common::OnEvent(move |event: &tracing::Event<'_>| {
+        struct Text<'a>(&'a mut String);
+        impl tracing::field::Visit for Text<'_> {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                if f.name() == "message" {
+                    self.0.push_str(&format!("{v:?}"));
+                }
+            }
+        }
+        let mut text = String::new();
+        event.record(&mut Text(&mut text));
+        if text.contains("rose in each") {
+            sink.lock().unwrap().push(text);
+        }
+    });
+    const WINDOW: u32 = 4;
+    ledger::set_growth_window(WINDOW);
+    let mut kept: Vec<Vec<u8>> = Vec::with_capacity(64);
+    let (mut leaky, mut steady) = (Vec::new(), Vec::new());
+    tracing::subscriber::with_default(subscriber, || {
+        for _ in 0..WINDOW * 8 {
+            {
+                let _s = ledger::scope("ht/growth/leaky");
+                kept.push(black_box(vec![1u8; 1024])); // a KiB a frame, kept
+            }
+            {
+                let _s = ledger::scope("ht/growth/steady");
+                drop(black_box(vec![2u8; 4096])); // allocated and freed
+            }
+            let snap = ledger::end_frame();
+            leaky.push(snap.tag("ht/growth/leaky").unwrap().heap_rising_windows);
+            steady.push(snap.tag("ht/growth/steady").unwrap().heap_rising_windows);
+        }
+    });
+    ledger::set_growth_window(ledger::DEFAULT_GROWTH_WINDOW);
+    assert!(
+        leaky.last().is_some_and(|&w| w >= ledger::RISING_WINDOWS),
+        "{leaky:?}"
+    );
+    assert!(steady.iter().all(|&w| w == 0), "{steady:?}");
+    let reports = reports.lock().unwrap();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(reports[0].contains("ht/growth/leaky"), "{reports:?}");
+    drop(kept);
 }
 
 #[cfg(feature = "bevy")]

@@ -179,6 +179,15 @@ pub(crate) struct HeapReading {
     pub(crate) allocs: u64,
     /// Free calls, modulo 2^24.
     pub(crate) frees: u64,
+    /// Bytes allocated (`realloc`'s new sizes included) and bytes given back, ever, modulo
+    /// 2^40: compare two readings with [`bytes_since`].
+    pub(crate) up_bytes: u64,
+    pub(crate) down_bytes: u64,
+}
+
+/// Bytes between two readings of a byte count (which wrap at 2^40).
+pub(crate) fn bytes_since(now: u64, then: u64) -> usize {
+    (now.wrapping_sub(then) & BYTES_MASK) as usize
 }
 
 /// Calls between two readings of a call count (which wrap at 2^24).
@@ -209,6 +218,8 @@ pub(crate) fn read(id: u16) -> HeapReading {
         live: signed.max(0) as usize,
         allocs: allocs & (u64::MAX >> BYTES_BITS),
         frees: frees & (u64::MAX >> BYTES_BITS),
+        up_bytes: up & BYTES_MASK,
+        down_bytes: down & BYTES_MASK,
     }
 }
 

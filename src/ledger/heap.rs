@@ -116,6 +116,8 @@ pub fn heap_tracking_overhead() -> usize {
 /// The untagged line's calls at the last frame end.
 static UNTAGGED_ALLOCS_BASE: AtomicU64 = AtomicU64::new(0);
 static UNTAGGED_FREES_BASE: AtomicU64 = AtomicU64::new(0);
+static UNTAGGED_UP_BASE: AtomicU64 = AtomicU64::new(0);
+static UNTAGGED_DOWN_BASE: AtomicU64 = AtomicU64::new(0);
 static UNTAGGED_PEAK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// The heap allocated outside every scope, as figures; with `frame_end`, starts its next
@@ -124,9 +126,13 @@ pub(super) fn untagged_heap(frame_end: bool) -> TagFigures {
     let r = counters::read(UNTAGGED);
     let allocs = counters::calls_since(r.allocs, UNTAGGED_ALLOCS_BASE.load(Relaxed));
     let frees = counters::calls_since(r.frees, UNTAGGED_FREES_BASE.load(Relaxed));
+    let alloc_bytes = counters::bytes_since(r.up_bytes, UNTAGGED_UP_BASE.load(Relaxed));
+    let free_bytes = counters::bytes_since(r.down_bytes, UNTAGGED_DOWN_BASE.load(Relaxed));
     if frame_end {
         UNTAGGED_ALLOCS_BASE.store(r.allocs, Relaxed);
         UNTAGGED_FREES_BASE.store(r.frees, Relaxed);
+        UNTAGGED_UP_BASE.store(r.up_bytes, Relaxed);
+        UNTAGGED_DOWN_BASE.store(r.down_bytes, Relaxed);
     }
     let peak = UNTAGGED_PEAK.fetch_max(r.live, Relaxed).max(r.live);
     TagFigures {
@@ -134,6 +140,8 @@ pub(super) fn untagged_heap(frame_end: bool) -> TagFigures {
         heap_peak: peak,
         heap_allocs: allocs,
         heap_frees: frees,
+        heap_alloc_bytes: alloc_bytes,
+        heap_free_bytes: free_bytes,
         ..TagFigures::default()
     }
 }

@@ -77,6 +77,7 @@
 //! ```
 
 mod event;
+mod growth;
 mod heap;
 mod node;
 mod sink;
@@ -97,6 +98,7 @@ pub use sink::{record_events, take_recorded_events};
 pub(crate) fn node_heap_id(tag: &str) -> u16 {
     node::node_named(tag).heap_id
 }
+pub use growth::{DEFAULT_GROWTH_WINDOW, RISING_WINDOWS, growth_window, set_growth_window};
 use heap::untagged_heap;
 pub use heap::{TagScope, heap_tracking, heap_tracking_overhead, scope, set_heap_tracking};
 pub use snapshot::{LedgerSnapshot, TagFigures};
@@ -229,6 +231,13 @@ fn fill(snap: &mut LedgerSnapshot, frame_end: bool) {
                 allocs: sum.heap_allocs,
                 frees: sum.heap_frees,
             };
+            // Growth is watched on the tag's own heap: a parent does not rise for its
+            // child, which is the line to look at.
+            let rising = if frame_end {
+                n.growth_frame_end(snap.own_heap[i].totals.live)
+            } else {
+                n.growth.rising()
+            };
             let figures = TagFigures {
                 held: r.held,
                 peak_held: r.peak_held,
@@ -243,6 +252,9 @@ fn fill(snap: &mut LedgerSnapshot, frame_end: bool) {
                 heap_peak: heap.peak,
                 heap_allocs: heap.allocs,
                 heap_frees: heap.frees,
+                heap_alloc_bytes: sum.heap_alloc_bytes,
+                heap_free_bytes: sum.heap_free_bytes,
+                heap_rising_windows: rising,
             };
             snap.rows.push(snapshot::Row {
                 tag: n.path,

@@ -26,6 +26,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
+use super::growth::Growth;
 use crate::error::AllocError;
 use crate::heap::counters::{self, HeapReading};
 
@@ -89,6 +90,11 @@ pub(crate) struct TagNode {
     /// totals; a frame's are the difference).
     heap_allocs_base: AtomicU64,
     heap_frees_base: AtomicU64,
+    /// This tag's own bytes allocated and given back at the last frame end.
+    heap_up_base: AtomicU64,
+    heap_down_base: AtomicU64,
+    /// Whether its live heap keeps rising, window after window (leaks and growth).
+    pub(crate) growth: Growth,
     /// Arena and heap bytes together are above `limit` and that was reported: the heap
     /// cannot be refused, only told about.
     over_limit: AtomicBool,
@@ -161,6 +167,9 @@ fn intern(registry: &mut Vec<&'static TagNode>, path: &'static str) -> &'static 
         heap_peak: AtomicUsize::new(0),
         heap_allocs_base: AtomicU64::new(0),
         heap_frees_base: AtomicU64::new(0),
+        heap_up_base: AtomicU64::new(0),
+        heap_down_base: AtomicU64::new(0),
+        growth: Growth::new(),
         over_limit: AtomicBool::new(false),
         limit_pending: AtomicBool::new(false),
     }));
@@ -201,6 +210,8 @@ pub(crate) struct OwnHeap {
     pub(crate) totals: HeapReading,
     pub(crate) allocs: u64,
     pub(crate) frees: u64,
+    pub(crate) alloc_bytes: usize,
+    pub(crate) free_bytes: usize,
 }
 
 /// A tag's figures summed over its subtree at a snapshot: arena bytes used and heap.
@@ -210,6 +221,8 @@ pub(crate) struct Subtree {
     pub(crate) heap_live: usize,
     pub(crate) heap_allocs: u64,
     pub(crate) heap_frees: u64,
+    pub(crate) heap_alloc_bytes: usize,
+    pub(crate) heap_free_bytes: usize,
 }
 
 impl Subtree {
@@ -218,6 +231,8 @@ impl Subtree {
         self.heap_live = self.heap_live.saturating_add(o.heap_live);
         self.heap_allocs = self.heap_allocs.wrapping_add(o.heap_allocs);
         self.heap_frees = self.heap_frees.wrapping_add(o.heap_frees);
+        self.heap_alloc_bytes = self.heap_alloc_bytes.saturating_add(o.heap_alloc_bytes);
+        self.heap_free_bytes = self.heap_free_bytes.saturating_add(o.heap_free_bytes);
     }
 
     /// Each node's subtree sums, by registry index, into `sums`: its own figures, then a
@@ -230,6 +245,8 @@ impl Subtree {
             heap_live: h.totals.live,
             heap_allocs: h.allocs,
             heap_frees: h.frees,
+            heap_alloc_bytes: h.alloc_bytes,
+            heap_free_bytes: h.free_bytes,
         }));
         for i in (0..nodes.len()).rev() {
             if let Some(p) = nodes[i].parent {
@@ -407,6 +424,8 @@ impl TagNode {
             totals: r,
             allocs,
             frees,
+            alloc_bytes: counters::bytes_since(r.up_bytes, self.heap_up_base.load(Relaxed)),
+            free_bytes: counters::bytes_since(r.down_bytes, self.heap_down_base.load(Relaxed)),
         }
     }
 
@@ -440,6 +459,18 @@ impl TagNode {
     pub(crate) fn end_heap_frame(&self, own: HeapReading) {
         self.heap_allocs_base.store(own.allocs, Relaxed);
         self.heap_frees_base.store(own.frees, Relaxed);
+        self.heap_up_base.store(own.up_bytes, Relaxed);
+        self.heap_down_base.store(own.down_bytes, Relaxed);
+    }
+
+    /// A frame ends with `live` heap bytes under this tag: one more frame of its growth
+    /// window (see `growth`); a newly found rise waits to be reported. Returns the windows
+    /// it has risen in, in a row.
+    pub(crate) fn growth_frame_end(&self, live: usize) -> u32 {
+        if self.growth.frame_end(live) {
+            ANY_WARN_PENDING.store(true, Relaxed);
+        }
+        self.growth.rising()
     }
 }
 
@@ -481,6 +512,17 @@ pub(crate) fn emit_pending_warnings() {
                 budget,
                 "memory tag '{tag}' holds {held} bytes ({heap} of them heap), over its warn \
                  budget of {budget} bytes"
+            );
+        }
+        if let Some((windows, frames, from, to)) = n.growth.take_pending() {
+            tracing::warn!(
+                tag,
+                heap,
+                windows,
+                frames,
+                "memory tag '{tag}': its live heap rose in each of the last {windows} windows \
+                 of {frames} frames without coming back (lowest {from} bytes, then {to}): a \
+                 leak, or a cache with no bound?"
             );
         }
         if n.limit_pending.swap(false, Relaxed) {

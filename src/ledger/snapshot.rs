@@ -57,6 +57,18 @@ pub struct TagFigures {
     pub heap_allocs: u64,
     /// Heap free calls of allocations made under the tag since the last frame end.
     pub heap_frees: u64,
+    /// Heap bytes allocated under the tag since the last frame end (a `realloc` counts its
+    /// new size): with `heap_free_bytes`, what went through the heap this frame, including
+    /// what was allocated and freed within it.
+    pub heap_alloc_bytes: usize,
+    /// Heap bytes of the tag's allocations freed since the last frame end (a `realloc`
+    /// counts its old size).
+    pub heap_free_bytes: usize,
+    /// Growth windows in a row in which the lowest of the tag's own live heap (its
+    /// children's apart) rose (see
+    /// [`set_growth_window`](super::set_growth_window)): a leak, or a cache with no bound,
+    /// once it reaches [`RISING_WINDOWS`](super::RISING_WINDOWS). 0 for a steady tag.
+    pub heap_rising_windows: u32,
 }
 
 /// One row of a snapshot.
@@ -166,7 +178,8 @@ impl LedgerSnapshot {
             w,
             "frame,tag,depth,held_bytes,peak_held_bytes,used_bytes,heap_held_bytes,\
              blocks_taken,blocks_returned,heap_fallbacks,warn_budget_bytes,limit_budget_bytes,\
-             heap_live_bytes,heap_peak_bytes,heap_allocs,heap_frees"
+             heap_live_bytes,heap_peak_bytes,heap_allocs,heap_frees,heap_alloc_bytes,\
+             heap_free_bytes,heap_rising_windows"
         )
     }
 
@@ -190,7 +203,7 @@ impl LedgerSnapshot {
             let f = &r.figures;
             writeln!(
                 w,
-                "{frame},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{frame},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 csv_field(r.tag),
                 r.depth,
                 f.held,
@@ -205,15 +218,23 @@ impl LedgerSnapshot {
                 f.heap_live,
                 f.heap_peak,
                 f.heap_allocs,
-                f.heap_frees
+                f.heap_frees,
+                f.heap_alloc_bytes,
+                f.heap_free_bytes,
+                f.heap_rising_windows
             )?;
         }
-        writeln!(w, "{frame},(untagged),0,{},,,,,,,,,,,,", self.untagged)?;
+        writeln!(w, "{frame},(untagged),0,{},,,,,,,,,,,,,,,", self.untagged)?;
         let h = &self.untagged_heap;
         writeln!(
             w,
-            "{frame},(untagged heap),0,,,,,,,,,,{},{},{},{}",
-            h.heap_live, h.heap_peak, h.heap_allocs, h.heap_frees
+            "{frame},(untagged heap),0,,,,,,,,,,{},{},{},{},{},{},",
+            h.heap_live,
+            h.heap_peak,
+            h.heap_allocs,
+            h.heap_frees,
+            h.heap_alloc_bytes,
+            h.heap_free_bytes
         )
     }
 }
@@ -285,7 +306,8 @@ impl fmt::Display for LedgerSnapshot {
     /// the bytes the arenas used in them (as last published), heap-fallback blocks, pool
     /// blocks taken and returned (counts). With a
     /// [`TrackingAllocator`](crate::TrackingAllocator), heap columns follow: bytes live,
-    /// their peak, and this frame's allocation and free calls.
+    /// their peak, and this frame's allocation and free calls and bytes; a tag whose live
+    /// heap keeps rising is marked `RISING` after its budget.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = |r: &Row| {
             let leaf = r.tag.rsplit('/').next().unwrap_or(r.tag);
@@ -296,11 +318,13 @@ impl fmt::Display for LedgerSnapshot {
         let heap_cols = |x: &TagFigures| {
             if heap {
                 format!(
-                    " {:>10} {:>10} {:>7} {:>7}",
+                    " {:>10} {:>10} {:>7} {:>7} {:>10} {:>10}",
                     Bytes(x.heap_live),
                     Bytes(x.heap_peak),
                     x.heap_allocs,
-                    x.heap_frees
+                    x.heap_frees,
+                    Bytes(x.heap_alloc_bytes),
+                    Bytes(x.heap_free_bytes)
                 )
             } else {
                 String::new()
@@ -308,7 +332,11 @@ impl fmt::Display for LedgerSnapshot {
         };
         write!(f, "{:<width$} {:-^62}", "", " arena blocks (pool memory) ")?;
         if heap {
-            write!(f, " {:-^37}", " heap (this frame) ")?;
+            write!(
+                f,
+                " {:-^59}",
+                " heap (live, its peak; this frame's calls, bytes) "
+            )?;
         }
         writeln!(f)?;
         write!(
@@ -319,8 +347,8 @@ impl fmt::Display for LedgerSnapshot {
         if heap {
             write!(
                 f,
-                " {:>10} {:>10} {:>7} {:>7}",
-                "live", "peak", "allocs", "frees"
+                " {:>10} {:>10} {:>7} {:>7} {:>10} {:>10}",
+                "live", "peak", "allocs", "frees", "allocated", "freed"
             )?;
         }
         writeln!(f, "  budget")?;
@@ -331,6 +359,12 @@ impl fmt::Display for LedgerSnapshot {
                 (Some(w), None) => format!("warn {}", Bytes(w)),
                 (None, Some(l)) => format!("limit {}", Bytes(l)),
                 (Some(w), Some(l)) => format!("warn {}, limit {}", Bytes(w), Bytes(l)),
+            };
+            let budget = if x.heap_rising_windows >= super::RISING_WINDOWS {
+                let windows = x.heap_rising_windows;
+                format!("{budget}  RISING for {windows} windows")
+            } else {
+                budget
             };
             writeln!(
                 f,
