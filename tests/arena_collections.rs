@@ -66,7 +66,8 @@ fn top_vector_grows_in_place_while_its_block_has_room() {
     assert_eq!(v.as_ptr(), start);
     assert_eq!(arena.block_count(), 1);
     // Growing on to 2M elements outgrows the block: the block grows in place into the
-    // pool's free range after it, so the vector still never moves.
+    // pool's free range after it, so the vector still never moves. (In a pool that grows
+    // by segments, the web's, a segment's end may follow the block: there it moves.)
     for i in in_first..total {
         v.push(i);
         if v.as_ptr() != last {
@@ -74,16 +75,19 @@ fn top_vector_grows_in_place_while_its_block_has_room() {
             last = v.as_ptr();
         }
     }
-    assert_eq!(
-        moves, 0,
-        "the top vector moved though the range after its block was free"
-    );
-    assert_eq!(arena.block_count(), 1);
-    assert_eq!(pool.stats().in_use, arena.bytes_held());
-    assert!(
-        arena.bytes_held() < 2 * total as usize * 4,
-        "no copies left behind"
-    );
+    if !pool.grows_by_segments() {
+        assert_eq!(
+            moves, 0,
+            "the top vector moved though the range after its block was free"
+        );
+        assert_eq!(arena.block_count(), 1);
+        assert_eq!(pool.stats().in_use, arena.bytes_held());
+        assert!(
+            arena.bytes_held() < 2 * total as usize * 4,
+            "no copies left behind"
+        );
+    }
+    let moved_before = moves;
     // With the range after the block taken, growth moves the vector to a new block.
     let neighbour = pool.allocate_block(4096).unwrap();
     for i in total..2 * total {
@@ -93,7 +97,7 @@ fn top_vector_grows_in_place_while_its_block_has_room() {
             last = v.as_ptr();
         }
     }
-    assert!(moves >= 1);
+    assert!(moves > moved_before);
     assert!(
         moves < arena.block_count(),
         "{moves} moves for {} blocks",
