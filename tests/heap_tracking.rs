@@ -647,4 +647,45 @@ mod bevy_systems {
             "{warnings:?}"
         );
     }
+
+    /// A `par_iter` body runs on worker threads: its heap is charged to its system when
+    /// the body's batches come from the system's `Scratch::batches()`, or when its
+    /// `for_each_init` enters the scope `ledger::current_scope()` took in the system.
+    #[test]
+    fn par_iter_bodies_are_charged_to_their_system() {
+        use nebula_memory::bevy::Scratch;
+        #[derive(Component)]
+        struct Item(u32);
+        fn batched(scratch: Scratch, items: Query<&Item>) {
+            let batches = scratch.batches();
+            items.par_iter().for_each_init(
+                || batches.batch(),
+                |_, item| drop(std::hint::black_box(vec![item.0; 16])),
+            );
+        }
+        fn helped(items: Query<&Item>) {
+            let scope = ledger::current_scope();
+            items.par_iter().for_each_init(
+                || scope.enter(),
+                |_, item| drop(std::hint::black_box(vec![item.0; 16])),
+            );
+        }
+        const ITEMS: u32 = 4000;
+        let _frames = super::frames();
+        let mut app = App::new();
+        app.add_plugins(MemoryPlugin::default())
+            .add_systems(Update, (batched, helped));
+        app.world_mut().spawn_batch((0..ITEMS).map(Item));
+        for _ in 0..3 {
+            app.update();
+        }
+        let ledger = app.world().resource::<MemoryLedger>();
+        for system in ["systems/batched", "systems/helped"] {
+            let f = ledger.tag(system).expect("a line for the system");
+            assert!(
+                f.heap_allocs >= u64::from(ITEMS) && f.heap_frees >= u64::from(ITEMS),
+                "{system}: {f:?}"
+            );
+        }
+    }
 }

@@ -247,8 +247,8 @@ fn print_systems_heap(runs: &[RunRecord]) {
     println!();
     println!(
         "heap allocations by Bevy system (the tracking allocator and the plugin charge each \
-         system's to systems/<name>; a par_iter body on a worker thread counts outside \
-         systems): a frame, steady and at spikes; bytes live at the end"
+         system's to systems/<name>, its par_iter bodies too: its batches' threads enter its \
+         scope): a frame, steady and at spikes; bytes live at the end"
     );
     let mut head = format!("{:<34}", "system");
     for r in &tracked {

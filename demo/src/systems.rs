@@ -26,7 +26,7 @@ use bevy_utils::Parallel;
 use nebula_memory::allocator_api2::alloc::{Allocator, Global};
 use nebula_memory::allocator_api2::vec::Vec as AVec;
 use nebula_memory::bevy::{FrameMemory, MemoryPlugin, MemorySystems, TaggedScratch};
-use nebula_memory::{FrameHandle, ScratchBatch};
+use nebula_memory::{FrameHandle, ScratchBatch, ledger};
 
 use crate::alloc::own;
 use crate::render::{cull, lod_sort, stream_chunks};
@@ -139,8 +139,11 @@ fn physics_system(
         }
         Mode::Heap => {
             let (mut entries, mut starts, pairs) = (AVec::new(), AVec::new(), &mut AVec::new());
-            let with_list =
-                |_: &mut (), g: Grid<'_>, id, p, r| steer_one(&mut AVec::new(), g, id, p, r);
+            // Each batch's thread in this system's heap scope: the lists are charged to it.
+            let scope = ledger::current_scope();
+            let with_list = |_: &mut ledger::TagScope, g: Grid<'_>, id, p, r| {
+                steer_one(&mut AVec::new(), g, id, p, r)
+            };
             let (q, s) = (&mut query, scale);
             physics(
                 &mut entries,
@@ -149,7 +152,7 @@ fn physics_system(
                 q,
                 s,
                 needs,
-                || (),
+                move || scope.enter(),
                 with_list,
             )
         }

@@ -38,10 +38,13 @@
 //! names a system by its function; the budget is set on the line of every system wrapped
 //! with that function's name.
 //!
-//! **What it does not see.** Work a system hands to other threads (a `par_iter` body, a
-//! task) runs in those threads' scopes: charge it with
-//! `par_iter().for_each_init(|| ledger::scope("systems/…"), |_, item| …)`. Run conditions
-//! are not wrapped. A system added to `First` after the app started is initialized before
+//! **Work on other threads.** A `par_iter` body runs on worker threads: its batches from
+//! `Scratch::batches()` / `TaggedScratch::batches()` enter the system's scope there; a
+//! plain `par_iter` takes [`ledger::current_scope`](crate::ledger::current_scope) in the
+//! system and enters it per batch (`for_each_init(|| scope.enter(), …)`). A task spawned
+//! elsewhere runs in its thread's scope unless it enters one the same way.
+//!
+//! **What it does not see.** Run conditions are not wrapped. A system added to `First` after the app started is initialized before
 //! this module sees it.
 
 use std::any::TypeId;

@@ -89,6 +89,12 @@ pub(crate) fn is_on() -> bool {
     ON.load(Relaxed)
 }
 
+/// This thread's current tag.
+#[inline]
+pub(crate) fn current_tag() -> u16 {
+    THREAD.with(|t| (t.get() & 0xFFFF) as u16)
+}
+
 /// Makes `id` this thread's current tag; returns the one it replaces.
 #[inline]
 pub(crate) fn set_tag(id: u16) -> u16 {

@@ -19,7 +19,7 @@ use crate::heap::counters::{self, UNTAGGED};
 /// The guard is neither `Send` nor `Sync`: the scope belongs to the thread that entered it.
 /// In Bevy, `MemoryPlugin` enters a scope `systems/<name>` around every system run; work
 /// a system hands to other threads (a `par_iter` body) runs in those threads' scopes,
-/// which `par_iter().for_each_init(|| ledger::scope(..), ..)` sets per batch.
+/// which [`current_scope`] carries there (`for_each_init(|| scope.enter(), ..)`).
 ///
 /// # Panics
 /// If `tag` is not a `/`-separated path of non-empty segments.
@@ -67,6 +67,50 @@ impl TagScope {
 impl Drop for TagScope {
     fn drop(&mut self) {
         counters::set_tag(self.previous);
+    }
+}
+
+/// The heap scope a thread is in, as a value another thread can enter: what work handed
+/// to other threads (a `par_iter` body, a task) needs to be charged where it was handed
+/// out. `Copy` and `Send`; [`enter`](HeapScope::enter) on the other thread.
+///
+/// ```
+/// use nebula_memory::ledger;
+/// let _s = ledger::scope("doc/handed/work");
+/// let here = ledger::current_scope();
+/// std::thread::scope(|t| {
+///     t.spawn(move || {
+///         let _in = here.enter(); // this thread's allocations: doc/handed/work
+///     });
+/// });
+/// ```
+///
+/// In Bevy, one line charges a `par_iter` body to its system (the system runs in its
+/// `systems/<name>` scope): `let scope = ledger::current_scope();` then
+/// `query.par_iter().for_each_init(|| scope.enter(), |_, item| …)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeapScope {
+    id: u16,
+}
+
+/// The calling thread's heap scope (the untagged line outside every scope). O(1).
+///
+/// ```
+/// let outside = nebula_memory::ledger::current_scope();
+/// let _s = nebula_memory::ledger::scope("doc/current");
+/// assert_ne!(nebula_memory::ledger::current_scope(), outside);
+/// ```
+pub fn current_scope() -> HeapScope {
+    HeapScope {
+        id: counters::current_tag(),
+    }
+}
+
+impl HeapScope {
+    /// Charges the calling thread's heap allocations to this scope's tag until the guard
+    /// is dropped, like [`scope`]. O(1).
+    pub fn enter(self) -> TagScope {
+        TagScope::enter_id(self.id)
     }
 }
 

@@ -100,7 +100,10 @@ pub(crate) fn node_heap_id(tag: &str) -> u16 {
 }
 pub use growth::{DEFAULT_GROWTH_WINDOW, RISING_WINDOWS, growth_window, set_growth_window};
 use heap::untagged_heap;
-pub use heap::{TagScope, heap_tracking, heap_tracking_overhead, scope, set_heap_tracking};
+pub use heap::{
+    HeapScope, TagScope, current_scope, heap_tracking, heap_tracking_overhead, scope,
+    set_heap_tracking,
+};
 pub use snapshot::{LedgerSnapshot, TagFigures};
 #[cfg(feature = "tracy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tracy")))]

@@ -20,7 +20,7 @@ pub use scratch::{
     with_scratch_stats,
 };
 #[cfg(feature = "bevy")]
-pub(crate) use scratch::{batch_of, claim_held, release};
+pub(crate) use scratch::{batch_in, claim_held, release};
 pub use slot::SCRATCH_IDLE_PASSES;
 #[cfg(feature = "bevy")]
 pub(crate) use slot::{Slot, slot_ptr};

@@ -42,6 +42,7 @@ use super::owner::ScratchOwner;
 use super::slot::{NOT_RECLAIMED, SCRATCH_IDLE_PASSES, Slot, slot_ptr, trim_if_oversized};
 use crate::arena::{ArenaConfig, MemoryArena};
 use crate::global::scratch_pool;
+use crate::ledger::{HeapScope, TagScope};
 
 /// Maintenance passes so far: the clock of idle trimming.
 static PASSES: AtomicU64 = AtomicU64::new(0);
@@ -322,6 +323,9 @@ pub struct ScratchBatch {
     peak: usize,
     /// The arena is `with_scratch`'s (not a Bevy owner's).
     with_scratch: bool,
+    /// The heap scope the batch's thread is in while it lives (a Bevy system's, for a
+    /// batch of its `par_iter`); left after the arena is freed (fields drop after `drop`).
+    _scope: Option<TagScope>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -345,6 +349,11 @@ pub fn scratch_batch() -> ScratchBatch {
 /// `TaggedScratch` resource's), claimed on the calling thread. A batch is never a frame's
 /// item: no frame end takes its arena back, however long it lives.
 pub(crate) fn batch_of(owner: &Arc<ScratchOwner>) -> ScratchBatch {
+    batch_in(owner, None)
+}
+
+/// [`batch_of`], its thread's heap allocations charged to `scope` while it lives.
+pub(crate) fn batch_in(owner: &Arc<ScratchOwner>, scope: Option<HeapScope>) -> ScratchBatch {
     let arena = match claim_held(owner, false) {
         Some(slot) => BatchArena::Claimed(slot),
         None => BatchArena::Private(Box::new(MemoryArena::with_config(
@@ -356,6 +365,7 @@ pub(crate) fn batch_of(owner: &Arc<ScratchOwner>) -> ScratchBatch {
         arena,
         peak: 0,
         with_scratch: Arc::ptr_eq(owner, &WITH_SCRATCH),
+        _scope: scope.map(HeapScope::enter),
         _not_send: PhantomData,
     }
 }

@@ -39,8 +39,9 @@ use bevy_tasks::ComputeTaskPool;
 
 use crate::arena::{ArenaConfig, MemoryArena};
 use crate::global::scratch_pool;
+use crate::ledger::{self, HeapScope};
 use crate::per_thread::{
-    ScratchBatch, ScratchOwner, Slot, batch_of, claim_held, release, slot_ptr,
+    ScratchBatch, ScratchOwner, Slot, batch_in, claim_held, release, slot_ptr,
 };
 
 mod param;
@@ -383,6 +384,9 @@ pub struct TaggedScratch<'w, T: ScratchTag> {
 #[derive(Clone, Copy)]
 pub struct ScratchBatches<'w> {
     owner: &'w Arc<ScratchOwner>,
+    /// The heap scope of the system that asked for the batches: each batch's thread is in
+    /// it while the batch lives, so a `par_iter` body's heap is charged to the system.
+    scope: HeapScope,
 }
 
 impl<'w> ScratchBatches<'w> {
@@ -394,12 +398,15 @@ impl<'w> ScratchBatches<'w> {
     fn of(owner: &'w Arc<ScratchOwner>) -> Self {
         let threads = ComputeTaskPool::try_get().map_or(1, |pool| pool.thread_num());
         owner.reserve_shared(threads.saturating_add(2));
-        ScratchBatches { owner }
+        ScratchBatches {
+            owner,
+            scope: ledger::current_scope(),
+        }
     }
 
     /// A batch on an arena of the system's parameter, claimed on the calling thread. O(1).
     pub fn batch(&self) -> ScratchBatch {
-        batch_of(self.owner)
+        batch_in(self.owner, Some(self.scope))
     }
 }
 
