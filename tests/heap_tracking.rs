@@ -456,7 +456,6 @@ mod bevy_systems {
             "nebula_memory/reset_game_arena_on_request",
             "nebula_memory/reset_frame_arenas_system",
             "nebula_memory/end_ledger_frame",
-            "nebula_memory/watch_budgets",
             "nebula_memory/publish_memory_diagnostics",
             "systems/frame_work",
         ];

@@ -101,7 +101,8 @@ impl Watch {
 }
 
 /// Where the heap allocations of a run happen, system by system: from the ledger's
-/// `systems/<name>` tags (the plugin charges each system's heap use to one), summed over
+/// `systems/<name>` tags (the plugin charges each system's heap use to one) and the
+/// crate's own `nebula_memory/<name>` lines, summed over
 /// the measured frames, steady and spike frames apart.
 #[derive(Default)]
 pub struct SystemsHeap {
@@ -126,7 +127,11 @@ impl SystemsHeap {
         let outside = ledger.untagged_heap();
         let rows = ledger
             .tags()
-            .filter_map(|(tag, f)| tag.strip_prefix("systems/").map(|name| (name, f)))
+            .filter_map(|(tag, f)| {
+                // The app's systems by name; the crate's own frame end by its tag.
+                let own = tag.starts_with("nebula_memory/").then_some(tag);
+                tag.strip_prefix("systems/").or(own).map(|name| (name, f))
+            })
             .chain([(OUTSIDE, outside)]);
         for (name, f) in rows {
             let e = self.systems.entry(name).or_default();

@@ -173,6 +173,9 @@ impl System for Attributed {
 pub(crate) struct AttributedSystems {
     done: HashSet<(InternedScheduleLabel, SystemKey)>,
     lines: HashMap<String, u32>,
+    /// Each schedule's number of systems when it was last scanned: a schedule that has not
+    /// run yet (so is not initialized) is not scanned again, every frame, for nothing.
+    scanned: HashMap<InternedScheduleLabel, usize>,
 }
 
 /// The heap tag of a system: `systems/<short name>` (`nebula_memory/<short name>` for the
@@ -204,10 +207,15 @@ fn tag_of(name: &DebugName, lines: SystemLines, taken: &mut HashMap<String, u32>
 /// (see the module docs). Cheap when there is nothing new: a schedule whose systems are
 /// all initialized is skipped at once.
 pub(crate) fn attribute_systems(world: &mut World) {
+    let scanned = world
+        .get_resource::<AttributedSystems>()
+        .map(|a| &a.scanned);
     let new = world.get_resource::<Schedules>().is_some_and(|schedules| {
-        schedules
-            .iter()
-            .any(|(_, s)| !s.graph().systems.is_initialized())
+        schedules.iter().any(|(_, s)| {
+            let systems = &s.graph().systems;
+            !systems.is_initialized()
+                && scanned.and_then(|m| m.get(&s.label())) != Some(&systems.len())
+        })
     });
     if !new {
         return;
@@ -258,6 +266,7 @@ pub(crate) fn attribute_systems(world: &mut World) {
             }));
             done.done.insert((label, key));
         }
+        done.scanned.insert(label, systems.len());
     }
     world.insert_resource(config);
     world.insert_resource(done);

@@ -37,27 +37,27 @@ fn charged(f: &TagFigures) -> bool {
 /// [`BUDGET_WATCH_FRAMES`] frames, WARNs once for each left, and for each system budget
 /// whose function no system was made from, then stops watching. Allocates nothing (the
 /// checks read the frame's snapshot).
-pub(crate) fn watch_budgets(
-    watch: Option<ResMut<BudgetWatch>>,
-    ledger: Option<Res<MemoryLedger>>,
-    config: Option<Res<AttributionConfig>>,
-) {
-    let Some(mut watch) = watch else {
+pub(crate) fn watch_budgets(world: &mut World) {
+    let Some(mut watch) = world.get_resource_mut::<BudgetWatch>() else {
         return;
     };
     if watch.frames >= BUDGET_WATCH_FRAMES {
         return;
     }
-    if let Some(ledger) = &ledger {
-        watch
-            .unseen
-            .retain(|tag| !ledger.tag(tag).is_some_and(|f| charged(&f)));
-    }
     watch.frames += 1;
-    if watch.frames < BUDGET_WATCH_FRAMES {
+    let done = watch.frames >= BUDGET_WATCH_FRAMES;
+    // Out of the resource while the ledger is read (no allocation: a move).
+    let mut unseen = std::mem::take(&mut watch.unseen);
+    if let Some(ledger) = world.get_resource::<MemoryLedger>() {
+        unseen.retain(|tag| !ledger.tag(tag).is_some_and(|f| charged(&f)));
+    }
+    if !done {
+        if let Some(mut watch) = world.get_resource_mut::<BudgetWatch>() {
+            watch.unseen = unseen;
+        }
         return;
     }
-    for tag in watch.unseen.drain(..) {
+    for tag in unseen {
         tracing::warn!(
             tag,
             "MemoryPlugin: a budget names the tag {tag:?}, but nothing was charged to it in \
@@ -65,6 +65,7 @@ pub(crate) fn watch_budgets(
              `MemoryPlugin::budget_for` names a system by its function)"
         );
     }
+    let config = world.get_resource::<AttributionConfig>();
     for (function, _, found) in config.iter().flat_map(|c| &c.budgets) {
         if !found {
             tracing::warn!(

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use bevy_app::AppExit;
-use bevy_ecs::message::MessageReader;
+use bevy_ecs::message::Messages;
 use bevy_ecs::prelude::*;
 
 use super::ledger::MemoryLedger;
@@ -36,15 +36,17 @@ pub enum ExitReport {
 }
 
 /// After the ledger's frame end: if an `AppExit` was sent this frame, writes the table.
-pub(crate) fn report_on_exit(
-    mut exits: MessageReader<AppExit>,
-    report: Option<Res<ExitReport>>,
-    ledger: Option<Res<MemoryLedger>>,
-) {
-    if exits.read().next().is_none() {
+pub(crate) fn report_on_exit(world: &mut World) {
+    let exiting = world
+        .get_resource::<Messages<AppExit>>()
+        .is_some_and(|m| m.iter_current_update_messages().next().is_some());
+    if !exiting {
         return;
     }
-    let (Some(report), Some(ledger)) = (report, ledger) else {
+    let (Some(report), Some(ledger)) = (
+        world.get_resource::<ExitReport>(),
+        world.get_resource::<MemoryLedger>(),
+    ) else {
         return;
     };
     let table = format!(
@@ -52,7 +54,7 @@ pub(crate) fn report_on_exit(
         ledger.frame(),
         **ledger
     );
-    match &*report {
+    match report {
         ExitReport::Off => {}
         ExitReport::Stderr => {
             let _ = std::io::stderr().lock().write_all(table.as_bytes());

@@ -185,7 +185,7 @@ impl Deref for MemoryLedger {
 /// The ledger's part of the frame end: takes the frame's snapshot
 /// ([`ledger::end_frame`], which also feeds the profiler), stores it in [`MemoryLedger`],
 /// writes the CSV rows and registers a diagnostic for each new top-level tag.
-pub(crate) fn end_ledger_frame(world: &mut World) {
+pub(crate) fn record_ledger_frame(world: &mut World) {
     let Some(mut ledger) = world.get_resource_mut::<MemoryLedger>() else {
         ledger::end_frame();
         return;
