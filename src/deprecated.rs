@@ -50,13 +50,5 @@ impl SharedArena<'_> {
     }
 }
 
-/// Renamed [`MemoryStats`](crate::bevy::MemoryStats): the figures of the whole frame's
-/// memory, not of the `FrameMemory` resource.
-#[cfg(feature = "bevy")]
-#[deprecated(note = "renamed to `MemoryStats`")]
-pub type FrameMemoryStats = crate::bevy::MemoryStats;
-
-/// Renamed [`ScratchFrameStats`](crate::bevy::ScratchFrameStats).
-#[cfg(feature = "bevy")]
-#[deprecated(note = "renamed to `ScratchFrameStats`")]
-pub type ScratchFrame = crate::bevy::ScratchFrameStats;
+// The Bevy module's old names are aliases in `bevy` itself (`bevy/mod.rs`), which this
+// core file cannot import without importing the layer above it.

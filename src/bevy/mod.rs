@@ -53,5 +53,11 @@ pub use scratch::{
 };
 pub use stats::{MemoryBudgets, MemoryStats, PoolUsage, paths};
 
-#[allow(deprecated)]
-pub use crate::deprecated::{FrameMemoryStats, ScratchFrame};
+/// Renamed [`MemoryStats`]: the figures of the whole frame's memory, not of the
+/// `FrameMemory` resource (see CHANGELOG, "Names").
+#[deprecated(note = "renamed to `MemoryStats`")]
+pub type FrameMemoryStats = MemoryStats;
+
+/// Renamed [`ScratchFrameStats`] (see CHANGELOG, "Names").
+#[deprecated(note = "renamed to `ScratchFrameStats`")]
+pub type ScratchFrame = ScratchFrameStats;

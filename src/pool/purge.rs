@@ -165,14 +165,16 @@ impl Purge {
     /// its window has passed. Starts the clock when the pressure first crosses the
     /// allowance, and stops it when the pressure is back below.
     pub(crate) fn due(&mut self, maintained: bool, in_use: usize) -> bool {
-        let now = Instant::now();
         if maintained {
             self.maintained += 1;
         }
-        if self.mark > 0 && (now >= self.expires || self.maintained >= self.expires_pass) {
+        // The clock is read only where a decision needs it (this runs at every release).
+        let mut clock = None;
+        let mut now = || *clock.get_or_insert_with(Instant::now);
+        if self.mark > 0 && (self.maintained >= self.expires_pass || now() >= self.expires) {
             // No return within the window: half of it is forgotten per purge delay.
             self.mark /= 2;
-            self.expires = now + self.delay;
+            self.expires = now() + self.delay;
             self.expires_pass = self.maintained + u64::from(PURGE_PASSES);
         }
         if self.pressure <= self.allowance(in_use) {
@@ -180,6 +182,7 @@ impl Purge {
             self.passes = 0;
             return false;
         }
+        let now = now();
         match self.since {
             Some(since) => {
                 if maintained {
