@@ -3,9 +3,13 @@
 //! on inside a scope, off), through mimalloc, and through `TrackingAllocator` over
 //! mimalloc, side by side in one run.
 //!
-//! Criterion measures each; then a paired pass runs the variants in turn, round after
-//! round, and prints each one's median per pair and its ratio to its inner allocator (the
-//! figure README quotes: a busy machine moves all variants of a round together).
+//! Two shapes of work: a pair (allocate, write a byte, free at once: the allocator's
+//! hottest path, where the tracker's own instructions weigh most) and a ring of 1,024 live
+//! allocations (free the oldest, allocate in its place: allocations that live a while).
+//! Criterion measures the pairs; then a paired pass of each shape runs the variants in
+//! turn, round after round, and prints each one's median per step and its ratio to its
+//! inner allocator (the figures README quotes: a busy machine moves all variants of a
+//! round together).
 //! `cargo bench --bench heap`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -70,6 +74,32 @@ fn pairs(a: &dyn GlobalAlloc, layout: Layout, n: u64) {
     }
 }
 
+/// Live allocations in the ring of [`ring`].
+const RING: usize = 1024;
+
+/// `n` steps over a ring of [`RING`] live allocations of `layout` through `a`: each step
+/// frees the oldest and allocates one in its place, writing a byte of it (allocations
+/// that live a while, as a program's do, rather than one freed at once).
+#[inline(never)]
+fn ring(a: &dyn GlobalAlloc, layout: Layout, n: u64) {
+    let mut live = [std::ptr::null_mut::<u8>(); RING];
+    // SAFETY: non-zero layouts; each pointer is freed once, with its layout.
+    unsafe {
+        for p in &mut live {
+            *p = a.alloc(layout);
+        }
+        for i in 0..n {
+            let slot = &mut live[i as usize % RING];
+            a.dealloc(black_box(*slot), layout);
+            *slot = a.alloc(layout);
+            slot.write(i as u8);
+        }
+        for p in live {
+            a.dealloc(p, layout);
+        }
+    }
+}
+
 /// Runs `f` with `setup`'s allocator and tracking state.
 fn with_setup<R>(setup: Setup, f: impl FnOnce(&dyn GlobalAlloc) -> R) -> R {
     match setup {
@@ -107,12 +137,13 @@ fn criterion_runs(c: &mut Criterion) {
     }
 }
 
-/// The paired pass: `ROUNDS` rounds, each timing every variant once over `PAIRS` pairs.
-fn paired() {
+/// The paired pass: `ROUNDS` rounds, each timing every variant once over `STEPS` steps of
+/// `work` (the pair, then the ring).
+fn paired(what: &str, work: fn(&dyn GlobalAlloc, Layout, u64)) {
     const ROUNDS: usize = 41;
-    const PAIRS: u64 = 200_000;
+    const STEPS: u64 = 200_000;
     println!(
-        "\npaired pass: median ns per alloc+free pair over {ROUNDS} rounds, ratio to its inner allocator"
+        "\npaired pass, {what}: median ns per step over {ROUNDS} rounds, ratio to its inner allocator"
     );
     for size in SIZES {
         let layout = Layout::from_size_align(size, 8).unwrap();
@@ -121,8 +152,8 @@ fn paired() {
             for (i, (_, setup)) in VARIANTS.iter().enumerate() {
                 let ns = with_setup(*setup, |a| {
                     let t = Instant::now();
-                    pairs(a, layout, PAIRS);
-                    t.elapsed().as_nanos() as f64 / PAIRS as f64
+                    work(a, layout, STEPS);
+                    t.elapsed().as_nanos() as f64 / STEPS as f64
                 });
                 times[i].push(ns);
             }
@@ -152,5 +183,9 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     criterion_runs(&mut c);
     c.final_summary();
-    paired();
+    paired("alloc+free pair", pairs);
+    paired(
+        "ring of 1024 live allocations, free the oldest + alloc",
+        ring,
+    );
 }

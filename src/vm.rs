@@ -32,6 +32,41 @@ use std::ptr::NonNull;
 /// their capacity where it is true and grow by segments where it is not.
 pub(crate) const RESERVES: bool = cfg!(any(unix, windows));
 
+/// Whether reserved memory is usable as it is, each page backed when first touched and
+/// read as zero until written (unix): a reservation far larger than will ever be used
+/// (the heap tracker's flat owner table) then costs only the pages touched. Windows
+/// needs a commit first; the web and Miri allocate what they reserve.
+pub(crate) const TOUCH_BACKS: bool = cfg!(all(unix, not(miri)));
+
+/// Bytes of `[base, base + len)` resident now, where the OS says cheaply (Linux: the
+/// process's memory map); `None` elsewhere. Reads a file and allocates: not for hot paths.
+pub(crate) fn resident_bytes(base: usize, len: usize) -> Option<usize> {
+    if !cfg!(any(target_os = "linux", target_os = "android")) || cfg!(miri) {
+        return None;
+    }
+    let maps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let end = base.checked_add(len)?;
+    let (mut inside, mut total) = (false, 0usize);
+    for line in maps.lines() {
+        // A mapping's first line: `start-end perms offset dev inode [path]`.
+        let range = line.split(' ').next().and_then(|r| r.split_once('-'));
+        if let Some((s, e)) = range
+            && let (Ok(s), Ok(e)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16))
+        {
+            inside = s >= base && e <= end;
+        } else if inside && let Some(kb) = line.strip_prefix("Rss:") {
+            let kb = kb
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<usize>()
+                .ok()?;
+            total = total.saturating_add(kb.saturating_mul(1024));
+        }
+    }
+    Some(total)
+}
+
 /// A reserved, page-aligned span of address space, released on drop.
 #[derive(Debug)]
 pub(crate) struct Region {
@@ -124,6 +159,16 @@ impl Region {
         }
         // SAFETY: a whole-page sub-range of the caller's range.
         unsafe { os::protect(ptr.add(start - ptr as usize), end - start, accessible) }
+    }
+
+    /// Leaves the region out of core dumps where the OS can (Linux): for a reservation far
+    /// larger than what is used, which a dump would otherwise write out whole (as zeros).
+    pub(crate) fn exclude_from_core_dumps(&self) {
+        #[cfg(all(any(target_os = "linux", target_os = "android"), not(miri)))]
+        // SAFETY: advice on our own mapping, whole pages; MADV_DONTDUMP changes no contents.
+        unsafe {
+            libc::madvise(self.base.as_ptr().cast(), self.len, libc::MADV_DONTDUMP);
+        }
     }
 
     fn contains_range(&self, ptr: *mut u8, len: usize) -> bool {

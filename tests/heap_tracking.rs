@@ -273,7 +273,8 @@ fn csv_rows_carry_the_heap_columns_and_an_untagged_heap_row() {
             "heap_frees",
             "heap_alloc_bytes",
             "heap_free_bytes",
-            "heap_rising_windows"
+            "heap_rising_windows",
+            "heap_frame_peak_bytes"
         ]
     );
     for line in text.lines().filter(|l| !l.contains('"')) {
@@ -308,6 +309,83 @@ fn a_frame_counts_the_bytes_allocated_and_freed_under_a_tag() {
     drop(kept);
     let f = ledger::end_frame().tag("ht/frame_bytes").unwrap();
     assert_eq!((f.heap_alloc_bytes, f.heap_free_bytes), (0, 1000), "{f:?}");
+}
+
+/// A frame's peak catches what came and went within the frame: exactly, when one thread
+/// did it; and the next frame starts from what is live.
+#[test]
+fn a_frames_peak_is_what_was_live_at_its_height_within_the_frame() {
+    let _frames = frames();
+    ledger::end_frame();
+    let kept = {
+        let _s = ledger::scope("ht/frame_peak/one");
+        let kept: Vec<u8> = black_box(Vec::with_capacity(1000));
+        drop(black_box(Vec::<u8>::with_capacity(10 << 20)));
+        drop(black_box(Vec::<u8>::with_capacity(3 << 20)));
+        kept
+    };
+    let snap = ledger::end_frame();
+    let f = snap.tag("ht/frame_peak/one").unwrap();
+    assert_eq!(f.heap_live, 1000, "{f:?}");
+    assert_eq!(f.heap_frame_peak, 1000 + (10 << 20), "{f:?}");
+    assert_eq!(f.heap_peak, 1000 + (10 << 20), "{f:?}");
+    // The parent's peak is its children's summed (here: the one child).
+    let parent = snap.tag("ht/frame_peak").unwrap();
+    assert_eq!(parent.heap_frame_peak, 1000 + (10 << 20), "{parent:?}");
+
+    // The next frame starts at what is live; the peak ever stays.
+    {
+        let _s = ledger::scope("ht/frame_peak/one");
+        drop(black_box(Vec::<u8>::with_capacity(2000)));
+    }
+    let f = ledger::end_frame().tag("ht/frame_peak/one").unwrap();
+    assert_eq!(f.heap_frame_peak, 3000, "{f:?}");
+    assert_eq!(f.heap_peak, 1000 + (10 << 20), "{f:?}");
+    drop(kept);
+    let f = ledger::end_frame().tag("ht/frame_peak/one").unwrap();
+    assert_eq!((f.heap_live, f.heap_frame_peak), (0, 1000), "{f:?}");
+    let f = ledger::end_frame().tag("ht/frame_peak/one").unwrap();
+    assert_eq!((f.heap_live, f.heap_frame_peak), (0, 0), "{f:?}");
+}
+
+/// With several threads, the frame's peak is each thread's summed: never below the true
+/// peak, never above what was live at the start plus what the frame allocated.
+#[test]
+fn a_frames_peak_over_threads_is_bounded_both_ways() {
+    use std::sync::Barrier;
+    let _frames = frames();
+    ledger::end_frame();
+    let here = {
+        let _s = ledger::scope("ht/frame_peak/threads");
+        ledger::current_scope()
+    };
+    // Two threads each hold 1 MiB at once (between the barriers) and free it; then each
+    // allocates and frees 2 MiB, one after the other. The true peak is 2 MiB (both 1 MiB
+    // together, or one 2 MiB alone).
+    let together = Barrier::new(2);
+    let turns = std::sync::Mutex::new(());
+    std::thread::scope(|t| {
+        for _ in 0..2 {
+            t.spawn(|| {
+                let _in = here.enter();
+                let v: Vec<u8> = black_box(Vec::with_capacity(1 << 20));
+                together.wait();
+                drop(v);
+                together.wait();
+                let _one_at_a_time = turns.lock().unwrap();
+                drop(black_box(Vec::<u8>::with_capacity(2 << 20)));
+            });
+        }
+    });
+    let f = ledger::end_frame().tag("ht/frame_peak/threads").unwrap();
+    assert_eq!(f.heap_live, 0, "{f:?}");
+    assert!(f.heap_frame_peak >= 2 << 20, "below the true peak: {f:?}");
+    assert!(
+        f.heap_frame_peak <= f.heap_alloc_bytes,
+        "above live at the start plus the frame's allocations: {f:?}"
+    );
+    // Each thread's own high was 2 MiB: the bound is their sum.
+    assert_eq!(f.heap_frame_peak, 4 << 20, "{f:?}");
 }
 
 /// A tag that keeps heap every frame is reported once as rising, with the windows it rose

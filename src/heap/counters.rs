@@ -1,19 +1,33 @@
-//! The heap counters: per tag, bytes and calls of allocations and of frees, kept in shards
-//! so that the allocation path writes memory no other thread writes.
+//! The heap counters: per tag, bytes and calls of allocations and of frees, and the most
+//! bytes live since the frame began, kept in shards so that the allocation path writes
+//! memory no other thread writes.
 //!
 //! A thread takes a shard of its own at its first tracked allocation (one of
 //! [`SHARDS`] - 1; later threads share shard 0, with atomic read-modify-writes). In its own
 //! shard a thread adds with a plain load and store (`Relaxed` atomics: no lock prefix, no
 //! data race with a snapshot reading them). A free is counted in the freeing thread's
 //! shard, whichever thread allocated, so a shard may have freed more than it allocated;
-//! the sum over the shards is the tag's. Shards are never given back: a thread-local with a destructor
-//! cannot be registered from inside an allocation (registering one allocates).
+//! the sum over the shards is the tag's. Shards are never given back: a thread-local with a
+//! destructor cannot be registered from inside an allocation (registering one allocates).
+//!
+//! **The fast path.** The thread-local holds pointers, not indices: to the current tag's
+//! counters in the thread's shard (what an allocation adds to) and to the shard's row
+//! (what a free adds to, at the freed allocation's tag). Both are null until the thread
+//! has a shard of its own, so one null test sends the first allocation, and every one of a
+//! thread that shares shard 0, to the out-of-line path.
+//!
+//! **The frame's high.** Each counter also keeps `high`: the most the shard's net bytes
+//! (allocated less freed, which a shard that frees other threads' allocations may take
+//! below zero) reached since the frame's start; an allocation raises it, a frame end sets
+//! it back to the net. At any moment the tag's live bytes are the sum of the shards' nets,
+//! so the sum of the shards' highs bounds the most the tag had live within the frame from
+//! above, and equals it when one thread made the frame's allocations and frees.
 //!
 //! Nothing here allocates, locks or runs user code: it is called from inside `alloc`.
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize};
 
 /// Tags the heap counters can tell apart: id 0 is the untagged line, ids are given to
 /// tags in the order they are first used; a tag past the table counts as untagged.
@@ -31,32 +45,35 @@ const BYTES_MASK: u64 = (1 << BYTES_BITS) - 1;
 /// What one call adds to a packed counter's call field.
 const ONE_CALL: u64 = 1 << BYTES_BITS;
 
-/// One tag's counters in one shard, each a packed word (calls in the top 24 bits, bytes in
-/// the low 40) so that an event is one load and one store:
+/// One tag's counters in one shard. `up` and `down` are packed words (calls in the top 24
+/// bits, bytes in the low 40) so that an event is one load and one store:
 /// - `up`: allocations (`alloc`, `realloc`) and the bytes they brought;
-/// - `down`: frees and the bytes they gave back (a `realloc` adds its old size, no call).
+/// - `down`: frees and the bytes they gave back (a `realloc` adds its old size, no call);
+/// - `high`: the most `up - down` bytes reached since the frame began (signed).
 ///
-/// Both fields wrap. Bytes live are `up - down` modulo 2^40 (exact while a tag holds less
-/// than 1 TiB); a frame's calls are differences modulo 2^24 (exact up to 16 million calls
-/// per tag and frame). Each TiB a shard counts carries one call too many into its call
-/// field.
+/// Both packed fields wrap. Bytes live are `up - down` modulo 2^40 (exact while a tag
+/// holds less than 1 TiB); a frame's calls are differences modulo 2^24 (exact up to 16
+/// million calls per tag and frame). Each TiB a shard counts carries one call too many
+/// into its call field. 32 bytes: two counters to a cache line, never one across two.
+#[repr(C, align(32))]
 struct Counter {
     up: AtomicU64,
     down: AtomicU64,
+    high: AtomicI64,
 }
 
 #[allow(clippy::declare_interior_mutable_const)] // the array repeat expression's element
 const ZERO: Counter = Counter {
     up: AtomicU64::new(0),
     down: AtomicU64::new(0),
+    high: AtomicI64::new(0),
 };
 
-#[allow(clippy::declare_interior_mutable_const)]
-const ZERO_SHARD: [Counter; TAGS] = [ZERO; TAGS];
+type Row = [Counter; TAGS];
 
 /// All zero: the table lives in the zero-initialised data segment, and its pages become
 /// resident as threads and tags touch them (a thread's rows for the tags it uses).
-static TABLE: [[Counter; TAGS]; SHARDS] = [ZERO_SHARD; SHARDS];
+static TABLE: [Row; SHARDS] = [const { [ZERO; TAGS] }; SHARDS];
 
 /// Shards handed out so far (the next thread gets this one, if below `SHARDS`).
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(1);
@@ -65,11 +82,29 @@ static NEXT_SHARD: AtomicUsize = AtomicUsize::new(1);
 /// get none and are never counted.
 static ON: AtomicBool = AtomicBool::new(true);
 
+/// What a thread knows of its place in the table.
+struct Local {
+    /// Its current tag's counters in its own shard; null until it has one of its own.
+    counter: Cell<*const Counter>,
+    /// Its own shard's row; null likewise.
+    row: Cell<*const Row>,
+    /// Its current tag.
+    tag: Cell<u16>,
+    /// It has asked for a shard (and, with `row` still null, shares shard 0).
+    asked: Cell<bool>,
+}
+
 thread_local! {
-    /// This thread's current tag (low 16 bits) and shard + 1 (high 16 bits; 0 before the
-    /// thread's first tracked allocation). `const` and without a destructor: reading it
-    /// never allocates and works until the thread's very end.
-    static THREAD: Cell<u32> = const { Cell::new(0) };
+    /// `const` and without a destructor: reading it never allocates and works until the
+    /// thread's very end.
+    static LOCAL: Local = const {
+        Local {
+            counter: Cell::new(std::ptr::null()),
+            row: Cell::new(std::ptr::null()),
+            tag: Cell::new(UNTAGGED),
+            asked: Cell::new(false),
+        }
+    };
 }
 
 /// Whether a tracking allocator has counted anything in this process (some thread took a
@@ -92,49 +127,27 @@ pub(crate) fn is_on() -> bool {
 /// This thread's current tag.
 #[inline]
 pub(crate) fn current_tag() -> u16 {
-    THREAD.with(|t| (t.get() & 0xFFFF) as u16)
+    LOCAL.with(|l| l.tag.get())
 }
 
 /// Makes `id` this thread's current tag; returns the one it replaces.
 #[inline]
 pub(crate) fn set_tag(id: u16) -> u16 {
-    THREAD.with(|t| {
-        let v = t.get();
-        t.set((v & 0xFFFF_0000) | u32::from(id));
-        (v & 0xFFFF) as u16
+    LOCAL.with(|l| {
+        let row = l.row.get();
+        if !row.is_null() {
+            // SAFETY: `row` is one of `TABLE`'s rows (a static); the index is masked.
+            l.counter
+                .set(unsafe { &raw const (*row)[usize::from(id) % TAGS] });
+        }
+        l.tag.replace(id)
     })
 }
 
-/// The calling thread's shard (taking one on its first call) and its current tag, both
-/// within the table (masked: the table's sizes are powers of two).
+/// The bytes of a packed counter pair's difference, as a signed 40-bit number.
 #[inline(always)]
-fn shard_and_tag() -> (usize, usize) {
-    let v = THREAD.with(Cell::get);
-    let shard = (v >> 16) as usize;
-    if shard != 0 {
-        return ((shard - 1) % SHARDS, (v & 0xFFFF) as usize % TAGS);
-    }
-    take_shard(v)
-}
-
-#[cold]
-#[inline(never)]
-fn take_shard(v: u32) -> (usize, usize) {
-    let n = NEXT_SHARD.fetch_add(1, Relaxed);
-    let shard = if n < SHARDS { n } else { 0 };
-    THREAD.with(|t| t.set(v | ((shard as u32 + 1) << 16)));
-    (shard, (v & 0xFFFF) as usize % TAGS)
-}
-
-/// Adds `delta` to a packed counter: a plain load and store in a thread's own shard, an
-/// atomic add in the shared one.
-#[inline(always)]
-fn add(c: &AtomicU64, shard: usize, delta: u64) {
-    if shard == 0 {
-        c.fetch_add(delta, Relaxed);
-    } else {
-        c.store(c.load(Relaxed).wrapping_add(delta), Relaxed);
-    }
+fn net(up: u64, down: u64) -> i64 {
+    ((up.wrapping_sub(down) << (64 - BYTES_BITS)) as i64) >> (64 - BYTES_BITS)
 }
 
 /// A call moving `bytes`, modulo the byte field (which counts modulo 2^40 anyway), so that
@@ -144,35 +157,118 @@ fn call(bytes: usize) -> u64 {
     ONE_CALL | (bytes as u64 & BYTES_MASK)
 }
 
+/// Adds to a counter of the calling thread's own shard (no other thread writes `up` and
+/// `down` there; a frame end may set `high`) and raises its high.
+#[inline(always)]
+fn own_add(c: &Counter, up: u64, down: u64) {
+    let u = c.up.load(Relaxed).wrapping_add(up);
+    c.up.store(u, Relaxed);
+    let d = c.down.load(Relaxed).wrapping_add(down);
+    if down != 0 {
+        c.down.store(d, Relaxed);
+    }
+    let n = net(u, d);
+    if n > c.high.load(Relaxed) {
+        c.high.store(n, Relaxed);
+    }
+}
+
+/// Adds to a counter of the shared shard.
+fn shared_add(c: &Counter, up: u64, down: u64) {
+    let u = c.up.fetch_add(up, Relaxed).wrapping_add(up);
+    let d = if down != 0 {
+        c.down.fetch_add(down, Relaxed).wrapping_add(down)
+    } else {
+        c.down.load(Relaxed)
+    };
+    c.high.fetch_max(net(u, d), Relaxed);
+}
+
 /// A new allocation of `size` bytes: counted on the thread's current tag, whose id (below
 /// [`TAGS`]) goes in the allocation's owner map entry.
 #[inline(always)]
 pub(crate) fn charge(size: usize) -> u16 {
-    let (shard, tag) = shard_and_tag();
-    add(&TABLE[shard][tag].up, shard, call(size));
-    tag as u16
+    LOCAL.with(|l| {
+        let c = l.counter.get();
+        if c.is_null() {
+            return charge_slow(l, size);
+        }
+        // SAFETY: a non-null `counter` points into `TABLE` (a static), in this thread's
+        // own shard (see `set_tag`, `own_shard`).
+        own_add(unsafe { &*c }, call(size), 0);
+        l.tag.get()
+    })
+}
+
+#[cold]
+#[inline(never)]
+fn charge_slow(l: &Local, size: usize) -> u16 {
+    let tag = l.tag.get();
+    match own_shard(l) {
+        Some(row) => own_add(&row[usize::from(tag) % TAGS], call(size), 0),
+        None => shared_add(&TABLE[0][usize::from(tag) % TAGS], call(size), 0),
+    }
+    tag % TAGS as u16
+}
+
+/// The calling thread's own shard's row, taking one on the first call; `None` if the
+/// thread shares shard 0.
+fn own_shard(l: &Local) -> Option<&'static Row> {
+    if !l.asked.get() {
+        l.asked.set(true);
+        let n = NEXT_SHARD.fetch_add(1, Relaxed);
+        if n < SHARDS {
+            let row = &TABLE[n];
+            l.row.set(row);
+            l.counter.set(&row[usize::from(l.tag.get()) % TAGS]);
+        }
+    }
+    // SAFETY: non-null, `row` is one of `TABLE`'s rows.
+    unsafe { l.row.get().as_ref() }
 }
 
 /// A free of `size` bytes of an allocation charged to `id`: counted on that tag, in the
 /// freeing thread's shard.
 #[inline(always)]
 pub(crate) fn credit(id: u16, size: usize) {
-    let (shard, _) = shard_and_tag();
-    add(
-        &TABLE[shard][usize::from(id) % TAGS].down,
-        shard,
-        call(size),
-    );
+    LOCAL.with(|l| {
+        let row = l.row.get();
+        if row.is_null() {
+            return credit_slow(l, id, size);
+        }
+        // SAFETY: a non-null `row` is this thread's own shard's row in `TABLE`.
+        let c = unsafe { &(*row)[usize::from(id) % TAGS] };
+        c.down
+            .store(c.down.load(Relaxed).wrapping_add(call(size)), Relaxed);
+    })
+}
+
+#[cold]
+#[inline(never)]
+fn credit_slow(l: &Local, id: u16, size: usize) {
+    let id = usize::from(id) % TAGS;
+    match own_shard(l) {
+        Some(row) => {
+            let c = &row[id];
+            c.down
+                .store(c.down.load(Relaxed).wrapping_add(call(size)), Relaxed);
+        }
+        None => {
+            TABLE[0][id].down.fetch_add(call(size), Relaxed);
+        }
+    }
 }
 
 /// A reallocation from `old` to `new` bytes, kept on the tag `id` it was made under: an
 /// allocation call of `new` bytes, and `old` bytes back (no free call).
 #[inline(always)]
 pub(crate) fn resize(id: u16, old: usize, new: usize) {
-    let (shard, _) = shard_and_tag();
-    let c = &TABLE[shard][usize::from(id) % TAGS];
-    add(&c.up, shard, call(new));
-    add(&c.down, shard, old as u64 & BYTES_MASK);
+    let id = usize::from(id) % TAGS;
+    let (up, down) = (call(new), old as u64 & BYTES_MASK);
+    LOCAL.with(|l| match own_shard(l) {
+        Some(row) => own_add(&row[id], up, down),
+        None => shared_add(&TABLE[0][id], up, down),
+    })
 }
 
 /// One tag's heap counters summed over the shards (see [`read`]).
@@ -180,6 +276,9 @@ pub(crate) fn resize(id: u16, old: usize, new: usize) {
 pub(crate) struct HeapReading {
     /// Bytes allocated and not yet freed.
     pub(crate) live: usize,
+    /// The most bytes live since the frame began, bounded from above: the sum of each
+    /// shard's high (see the module docs); at least `live`.
+    pub(crate) high: usize,
     /// Allocation calls (`realloc` included), modulo 2^24: compare two readings with
     /// [`calls_since`].
     pub(crate) allocs: u64,
@@ -201,12 +300,16 @@ pub(crate) fn calls_since(now: u64, then: u64) -> u64 {
     now.wrapping_sub(then) & (u64::MAX >> BYTES_BITS)
 }
 
-/// The counters of tag `id`, summed over every shard in use. Read while other threads
-/// allocate, a figure that may lag by the allocations under way. O(shards in use).
-pub(crate) fn read(id: u16) -> HeapReading {
+/// The counters of tag `id`, summed over every shard in use; with `frame_end`, each
+/// shard's high starts the next frame at the shard's net (the reading has this frame's).
+/// Read while other threads allocate, a figure that may lag by the allocations under way
+/// (an allocation under way as a frame ends may count in the next frame's high). O(shards
+/// in use).
+pub(crate) fn read(id: u16, frame_end: bool) -> HeapReading {
     let used = NEXT_SHARD.load(Relaxed).min(SHARDS);
     let (mut up, mut down) = (0u64, 0u64);
     let (mut allocs, mut frees) = (0u64, 0u64);
+    let mut high = 0i64;
     for shard in TABLE.iter().take(used) {
         let c = &shard[usize::from(id) % TAGS];
         let (u, d) = (c.up.load(Relaxed), c.down.load(Relaxed));
@@ -214,14 +317,22 @@ pub(crate) fn read(id: u16) -> HeapReading {
         down = down.wrapping_add(d & BYTES_MASK);
         allocs = allocs.wrapping_add(u >> BYTES_BITS);
         frees = frees.wrapping_add(d >> BYTES_BITS);
+        let h = if frame_end {
+            c.high.swap(net(u, d), Relaxed)
+        } else {
+            c.high.load(Relaxed)
+        };
+        // A shard's high is at least its net (an allocation raises it, a frame end sets
+        // it to the net; frees lower only the net).
+        high = high.saturating_add(h.max(net(u, d)));
     }
     // Bytes live modulo 2^40, as a signed 40-bit number: a free counted before the
     // allocation it frees (on another thread) can make a snapshot's sum dip below zero
     // for a moment.
-    let net = up.wrapping_sub(down) & BYTES_MASK;
-    let signed = ((net << (64 - BYTES_BITS)) as i64) >> (64 - BYTES_BITS);
+    let live = net(up, down).max(0) as usize;
     HeapReading {
-        live: signed.max(0) as usize,
+        live,
+        high: usize::try_from(high).unwrap_or(0).max(live),
         allocs: allocs & (u64::MAX >> BYTES_BITS),
         frees: frees & (u64::MAX >> BYTES_BITS),
         up_bytes: up & BYTES_MASK,

@@ -10,15 +10,21 @@
 //! unreachable. Here the caller's pointer is only ever read as a number: the map is the
 //! allocator's own memory, indexed by the address.
 //!
-//! **Shape.** A radix tree over the address, like jemalloc's `rtree`: a static top table
-//! of mid tables, each of 4,096 leaves, each leaf 2-byte entries for the 16-byte granules
-//! of 4 MiB of address space. An entry is `0` (no tracked allocation starts in the
-//! granule) or the tag's heap id + 1. Every allocation the tracker makes is at least
-//! 16 bytes, so two live allocations never start in one granule and an entry belongs to
-//! one allocation at a time. Mid tables and leaves are mapped on first use (fresh pages,
-//! zero, from [`vm`](crate::vm)) and never given back; a leaf's pages become resident as
-//! the granules they cover are used: at most 2 bytes per 16 bytes of heap address space
-//! in use (1/8), much less where allocations are large.
+//! **Shape.** Where reserved memory is usable as it is (64-bit unix), one flat table: an
+//! entry of 2 bytes for each 16-byte granule of the address space, at
+//! `base + address / 16 * 2`, so a lookup is one load of the base and the entry itself.
+//! It reserves an eighth of the address space the map covers (16 TiB on x86-64, like a
+//! sanitizer's shadow memory); pages become resident as the granules they cover are used,
+//! 4 KiB of table for 32 KiB of heap address space. Elsewhere (Windows, which must commit
+//! before use; 32-bit targets; Miri), or if the OS refuses the reservation, a radix tree
+//! over the address, like jemalloc's `rtree`: a static top table of mid tables, each of
+//! 4,096 leaves, each leaf the entries of 4 MiB of address space, mapped on first use.
+//! Which one is decided once, before the first entry is written, and never changes. An
+//! entry is `0` (no tracked allocation starts in the granule) or the tag's heap id + 1.
+//! Every allocation the tracker makes is at least 16 bytes, so two live allocations never
+//! start in one granule and an entry belongs to one allocation at a time. Tables are
+//! never given back: at most 2 bytes per 16 bytes of heap address space in use (1/8) are
+//! resident, much less where allocations are large.
 //!
 //! **Who writes an entry.** The thread that owns the allocation starting in its granule:
 //! the allocating thread writes it before the pointer is handed out, the freeing thread
@@ -31,11 +37,10 @@
 //! Nothing here allocates through the global allocator, takes a lock or runs user code:
 //! it is called from inside `alloc`.
 
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
-use std::sync::atomic::{AtomicPtr, AtomicU16};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU16, AtomicUsize};
 
-use crate::vm::Region;
+use crate::vm::{self, Region};
 
 /// The tracker's smallest allocation, and the map's granule: two live allocations of at
 /// least this size start in different granules.
@@ -47,9 +52,12 @@ const LEAF_SHIFT: u32 = 22;
 /// A mid table covers 16 GiB.
 #[cfg(not(miri))]
 const MID_SHIFT: u32 = 34;
-/// Addresses the map covers: 48 bits on 64-bit targets (what x86-64 and AArch64 give user
-/// space; an allocation above is not tracked), all of them on 32-bit ones.
-#[cfg(all(target_pointer_width = "64", not(miri)))]
+/// Addresses the map covers: on 64-bit targets what user space gets (47 bits on x86-64,
+/// 48 on AArch64 and others; an allocation above is not tracked), all of them on 32-bit
+/// ones.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+const ADDR_BITS: u32 = 47;
+#[cfg(all(target_pointer_width = "64", not(target_arch = "x86_64"), not(miri)))]
 const ADDR_BITS: u32 = 48;
 #[cfg(all(not(target_pointer_width = "64"), not(miri)))]
 const ADDR_BITS: u32 = usize::BITS;
@@ -70,8 +78,24 @@ const TOP_LEN: usize = 1 << ADDR_BITS.saturating_sub(MID_SHIFT);
 type Leaf = [AtomicU16; LEAF_LEN];
 type Mid = [AtomicPtr<Leaf>; MID_LEN];
 
-/// The top table: 128 KiB of zeroed static data on 64-bit targets (resident as used), one
-/// entry on 32-bit ones.
+/// Whether the flat table can be had here (see the module docs).
+const FLAT_POSSIBLE: bool = vm::TOUCH_BACKS && usize::BITS == 64;
+
+/// Bytes of the flat table: 2 per granule of the covered address space.
+const FLAT_BYTES: usize = (1usize << ADDR_BITS.saturating_sub(GRANULE_SHIFT)) * 2;
+
+/// The flat table, once it is the map's shape; null otherwise.
+static FLAT: AtomicPtr<AtomicU16> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Which shape the map has: not decided yet, being decided, flat, tree.
+static SHAPE: AtomicU8 = AtomicU8::new(UNDECIDED);
+const UNDECIDED: u8 = 0;
+const DECIDING: u8 = 1;
+const IS_FLAT: u8 = 2;
+const IS_TREE: u8 = 3;
+
+/// The top table of the tree: 64-128 KiB of zeroed static data on 64-bit targets
+/// (resident as used), one entry on 32-bit ones.
 static TOP: [AtomicPtr<Mid>; TOP_LEN] = [const { AtomicPtr::new(std::ptr::null_mut()) }; TOP_LEN];
 
 /// Bytes of address space the map has mapped for its tables (see [`mapped_bytes`]).
@@ -105,12 +129,28 @@ fn leaf_index(a: u64) -> usize {
     (a >> GRANULE_SHIFT) as usize & (LEAF_LEN - 1)
 }
 
-/// The entry of the granule `addr` starts in, if its leaf exists. O(1): three loads. Each
-/// step borrows one entry of a table, never the table whole (Miri would check a borrow of
-/// a whole 512 KiB leaf at every lookup).
+/// The entry of the granule `addr` starts in, if the map has one for it. O(1): the flat
+/// table's base and the entry, or three loads down the tree.
 #[inline(always)]
 pub(crate) fn find(addr: usize) -> Option<&'static AtomicU16> {
     let a = key(addr)?;
+    if FLAT_POSSIBLE {
+        let flat = FLAT.load(Acquire);
+        if !flat.is_null() {
+            // SAFETY: a non-null `FLAT` is a table of an entry per granule below
+            // 2^ADDR_BITS, reserved (and usable as reserved) before its `Release`
+            // publication, never freed; `key` keeps `a` below 2^ADDR_BITS.
+            return Some(unsafe { &*flat.add((a >> GRANULE_SHIFT) as usize) });
+        }
+    }
+    tree_find(a)
+}
+
+/// The tree's entry for `a`, if its leaf exists. Each step borrows one entry of a table,
+/// never the table whole (Miri would check a borrow of a whole 512 KiB leaf at every
+/// lookup).
+#[inline(always)]
+fn tree_find(a: u64) -> Option<&'static AtomicU16> {
     let mid = TOP[top_index(a)].load(Acquire);
     if mid.is_null() {
         return None;
@@ -127,7 +167,8 @@ pub(crate) fn find(addr: usize) -> Option<&'static AtomicU16> {
 
 /// The entry of the granule `addr` starts in, its tables mapped if need be. `None` if
 /// `addr` lies outside the map or the OS refuses the memory: the allocation is then not
-/// tracked. O(1); the first use of a 4 MiB span maps its leaf.
+/// tracked. O(1); the first call decides the map's shape, and in the tree the first use
+/// of a 4 MiB span maps its leaf.
 #[inline(always)]
 pub(crate) fn entry(addr: usize) -> Option<&'static AtomicU16> {
     match find(addr) {
@@ -140,11 +181,54 @@ pub(crate) fn entry(addr: usize) -> Option<&'static AtomicU16> {
 #[inline(never)]
 fn entry_slow(addr: usize) -> Option<&'static AtomicU16> {
     let a = key(addr)?;
+    if shape() == IS_FLAT {
+        return find(addr);
+    }
+    tree_entry(a)
+}
+
+/// The tree's entry for `a`, its mid table and leaf mapped if need be.
+fn tree_entry(a: u64) -> Option<&'static AtomicU16> {
     let mid = published(&TOP[top_index(a)])?;
     // SAFETY: `published` returns a mapped table that is never freed.
     let leaf = published(unsafe { &(*mid)[mid_index(a)] })?;
     // SAFETY: as above.
     Some(unsafe { &(*leaf)[leaf_index(a)] })
+}
+
+/// The map's shape, decided by the first caller: flat if the flat table can be had, the
+/// tree otherwise. Racing callers wait for the first (a reservation: no allocation, no
+/// lock, nothing that could wait on them).
+fn shape() -> u8 {
+    match SHAPE.compare_exchange(UNDECIDED, DECIDING, Acquire, Acquire) {
+        Ok(_) => {
+            let flat = if FLAT_POSSIBLE {
+                Region::reserve(FLAT_BYTES).and_then(Result::ok)
+            } else {
+                None
+            };
+            let decided = match flat {
+                Some(region) => {
+                    region.exclude_from_core_dumps();
+                    MAPPED.fetch_add(region.len(), Relaxed);
+                    FLAT.store(region.base().as_ptr().cast(), Release);
+                    // The table lives for the rest of the process.
+                    std::mem::forget(region);
+                    IS_FLAT
+                }
+                None => IS_TREE,
+            };
+            SHAPE.store(decided, Release);
+            decided
+        }
+        Err(_) => loop {
+            let s = SHAPE.load(Acquire);
+            if s != DECIDING {
+                return s;
+            }
+            std::hint::spin_loop();
+        },
+    }
 }
 
 /// The table `slot` points to, mapping and publishing a zeroed one if it is empty (the
@@ -174,11 +258,22 @@ fn published<T>(slot: &AtomicPtr<T>) -> Option<*mut T> {
     }
 }
 
-/// Bytes of address space mapped for the map's tables (the static top table aside): an
-/// upper bound of the memory heap tracking itself takes, of which only the pages that
-/// cover heap in use become resident.
+/// Bytes of address space mapped for the map's tables (the static top table aside), of
+/// which only the pages that cover heap in use become resident.
 pub(crate) fn mapped_bytes() -> usize {
     MAPPED.load(Relaxed)
+}
+
+/// Bytes of the map's tables resident now where the OS says (Linux, flat table);
+/// otherwise the bytes mapped, an upper bound.
+pub(crate) fn overhead() -> usize {
+    let flat = FLAT.load(Acquire);
+    if !flat.is_null()
+        && let Some(resident) = vm::resident_bytes(flat.addr(), FLAT_BYTES)
+    {
+        return resident;
+    }
+    mapped_bytes()
 }
 
 #[cfg(test)]
@@ -207,10 +302,48 @@ mod tests {
         assert_eq!(e0, e0b, "one granule, one entry");
         assert_ne!(e0, e1);
         assert_eq!(find(base).map(|e| e as *const _), Some(e0));
-        // A span nothing has touched has no leaf: a lookup maps nothing.
-        assert!(find(base + (1 << LEAF_SHIFT) * 3).is_none());
+        let far = base + (1 << LEAF_SHIFT) * 3;
+        match shape() {
+            // The flat table has every entry, empty until written.
+            IS_FLAT => assert_eq!(find(far).map(|e| e.load(Relaxed)), Some(0)),
+            // A span nothing has touched has no leaf: a lookup maps nothing.
+            _ => assert!(find(far).is_none()),
+        }
         #[cfg(target_pointer_width = "64")]
         assert!(entry(1 << 50).is_none(), "above the map: not tracked");
         assert!(mapped_bytes() >= size_of::<Leaf>());
+    }
+
+    /// The tree, whichever shape this process's map took (the flat table where it can be
+    /// had): Windows and 32-bit targets use it.
+    #[test]
+    fn the_tree_maps_a_leaf_on_first_use_and_finds_its_entries_after() {
+        #[cfg(target_pointer_width = "64")]
+        let a = (1u64 << 38) + 0x5678_0000;
+        #[cfg(not(target_pointer_width = "64"))]
+        let a = 0xD000_0000u64;
+        let far = a + (1 << LEAF_SHIFT) * 5;
+        assert!(tree_find(far).is_none(), "nothing mapped there yet");
+        let e = tree_entry(a).unwrap() as *const AtomicU16;
+        assert_eq!(tree_find(a).map(|e| e as *const _), Some(e));
+        let next = tree_entry(a + GRANULE as u64).unwrap() as *const AtomicU16;
+        assert_eq!(
+            next,
+            e.wrapping_add(1),
+            "neighbouring granules, neighbouring entries"
+        );
+        assert!(tree_find(far).is_none(), "only the leaf used is mapped");
+    }
+
+    #[cfg(all(target_os = "linux", not(miri)))]
+    #[test]
+    fn on_linux_the_flat_table_is_had_and_only_what_is_touched_is_resident() {
+        // Far from any heap this test binary uses; writing the empty entry touches its page.
+        entry(0x7000_1234_0000).unwrap().store(0, Relaxed);
+        assert_eq!(shape(), IS_FLAT);
+        assert!(mapped_bytes() >= FLAT_BYTES);
+        let resident = overhead();
+        assert!(resident >= 4096, "the page just written: {resident}");
+        assert!(resident < 1 << 30, "{resident}");
     }
 }

@@ -142,19 +142,21 @@ pub fn heap_tracking() -> bool {
     counters::is_on()
 }
 
-/// Bytes of address space heap tracking has mapped for its own bookkeeping: the tables
-/// that record which tag each live allocation was charged to (the heap itself is not in
-/// it; a static 128 KiB top table is not counted). An upper bound of the memory tracking
-/// takes: only the pages that cover heap in use become resident, at most 2 bytes per 16
-/// bytes of heap address space. 0 until a [`TrackingAllocator`](crate::TrackingAllocator)
-/// has allocated. O(1).
+/// Bytes heap tracking takes for its own bookkeeping: the table that records which tag
+/// each live allocation was charged to (the heap itself is not in it), at most 2 bytes per
+/// 16 bytes of heap address space in use. On Linux, the bytes of it resident now (it
+/// reserves an eighth of the address space on 64-bit unix, 16 TiB on x86-64, and only the
+/// pages that cover heap in use become resident); elsewhere the bytes mapped for it, an
+/// upper bound. 0 until a [`TrackingAllocator`](crate::TrackingAllocator) has allocated.
+/// O(1), except on Linux with the flat table: it reads the process's memory map (O(its
+/// mappings), allocates).
 ///
 /// ```
 /// let overhead = nebula_memory::ledger::heap_tracking_overhead();
-/// println!("heap tracking's tables: {overhead} bytes mapped");
+/// println!("heap tracking's table: {overhead} bytes");
 /// ```
 pub fn heap_tracking_overhead() -> usize {
-    crate::heap::owners::mapped_bytes()
+    crate::heap::owners::overhead()
 }
 
 /// The untagged line's calls at the last frame end.
@@ -167,7 +169,7 @@ static UNTAGGED_PEAK: std::sync::atomic::AtomicUsize = std::sync::atomic::Atomic
 /// The heap allocated outside every scope, as figures; with `frame_end`, starts its next
 /// frame of calls.
 pub(super) fn untagged_heap(frame_end: bool) -> TagFigures {
-    let r = counters::read(UNTAGGED);
+    let r = counters::read(UNTAGGED, frame_end);
     let allocs = counters::calls_since(r.allocs, UNTAGGED_ALLOCS_BASE.load(Relaxed));
     let frees = counters::calls_since(r.frees, UNTAGGED_FREES_BASE.load(Relaxed));
     let alloc_bytes = counters::bytes_since(r.up_bytes, UNTAGGED_UP_BASE.load(Relaxed));
@@ -178,10 +180,11 @@ pub(super) fn untagged_heap(frame_end: bool) -> TagFigures {
         UNTAGGED_UP_BASE.store(r.up_bytes, Relaxed);
         UNTAGGED_DOWN_BASE.store(r.down_bytes, Relaxed);
     }
-    let peak = UNTAGGED_PEAK.fetch_max(r.live, Relaxed).max(r.live);
+    let peak = UNTAGGED_PEAK.fetch_max(r.high, Relaxed).max(r.high);
     TagFigures {
         heap_live: r.live,
         heap_peak: peak,
+        heap_frame_peak: r.high,
         heap_allocs: allocs,
         heap_frees: frees,
         heap_alloc_bytes: alloc_bytes,

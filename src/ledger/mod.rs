@@ -214,7 +214,8 @@ fn fill(snap: &mut LedgerSnapshot, frame_end: bool) {
     node::with_nodes(|nodes| {
         // Each tag's own heap counters once, then each tag's subtree sums.
         snap.own_heap.clear();
-        snap.own_heap.extend(nodes.iter().map(|n| n.own_heap()));
+        snap.own_heap
+            .extend(nodes.iter().map(|n| n.own_heap(frame_end)));
         node::Subtree::sum(nodes, &snap.own_heap, &mut snap.sums);
         if snap.order.len() != nodes.len() {
             // Tags were added (the registry only grows): the tree order anew.
@@ -230,7 +231,7 @@ fn fill(snap: &mut LedgerSnapshot, frame_end: bool) {
             let r = n.read(sum.used);
             let heap = node::Heap {
                 live: sum.heap_live,
-                peak: n.see_heap(sum.heap_live),
+                peak: n.see_heap(sum.heap_live, sum.heap_frame_peak),
                 allocs: sum.heap_allocs,
                 frees: sum.heap_frees,
             };
@@ -253,6 +254,7 @@ fn fill(snap: &mut LedgerSnapshot, frame_end: bool) {
                 limit_budget: r.limit,
                 heap_live: heap.live,
                 heap_peak: heap.peak,
+                heap_frame_peak: sum.heap_frame_peak,
                 heap_allocs: heap.allocs,
                 heap_frees: heap.frees,
                 heap_alloc_bytes: sum.heap_alloc_bytes,

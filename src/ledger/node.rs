@@ -84,7 +84,8 @@ pub(crate) struct TagNode {
     /// Heap bytes live under this tag and its children at the last snapshot: the heap's
     /// part of the budgets (the heap is counted per thread and summed at snapshots).
     heap_seen: AtomicUsize,
-    /// The most `heap_seen` ever.
+    /// The most heap bytes live under this tag and its children ever: the largest of the
+    /// frames' highs (an upper bound, see `TagFigures::heap_frame_peak`).
     heap_peak: AtomicUsize,
     /// This tag's own allocation and free calls at the last frame end (heap counters are
     /// totals; a frame's are the difference).
@@ -219,6 +220,7 @@ pub(crate) struct OwnHeap {
 pub(crate) struct Subtree {
     pub(crate) used: usize,
     pub(crate) heap_live: usize,
+    pub(crate) heap_frame_peak: usize,
     pub(crate) heap_allocs: u64,
     pub(crate) heap_frees: u64,
     pub(crate) heap_alloc_bytes: usize,
@@ -229,6 +231,7 @@ impl Subtree {
     fn add(&mut self, o: Subtree) {
         self.used = self.used.saturating_add(o.used);
         self.heap_live = self.heap_live.saturating_add(o.heap_live);
+        self.heap_frame_peak = self.heap_frame_peak.saturating_add(o.heap_frame_peak);
         self.heap_allocs = self.heap_allocs.wrapping_add(o.heap_allocs);
         self.heap_frees = self.heap_frees.wrapping_add(o.heap_frees);
         self.heap_alloc_bytes = self.heap_alloc_bytes.saturating_add(o.heap_alloc_bytes);
@@ -243,6 +246,7 @@ impl Subtree {
         sums.extend(nodes.iter().zip(own_heap).map(|(n, h)| Subtree {
             used: n.own_used(),
             heap_live: h.totals.live,
+            heap_frame_peak: h.totals.high,
             heap_allocs: h.allocs,
             heap_frees: h.frees,
             heap_alloc_bytes: h.alloc_bytes,
@@ -415,9 +419,10 @@ impl TagNode {
             .fold(0usize, usize::saturating_add)
     }
 
-    /// This tag's own heap counters (not its children's): totals, and this frame's calls.
-    pub(crate) fn own_heap(&self) -> OwnHeap {
-        let r = counters::read(self.heap_id);
+    /// This tag's own heap counters (not its children's): totals, and this frame's calls;
+    /// with `frame_end`, its high starts the next frame (see `counters::read`).
+    pub(crate) fn own_heap(&self, frame_end: bool) -> OwnHeap {
+        let r = counters::read(self.heap_id, frame_end);
         let allocs = counters::calls_since(r.allocs, self.heap_allocs_base.load(Relaxed));
         let frees = counters::calls_since(r.frees, self.heap_frees_base.load(Relaxed));
         OwnHeap {
@@ -429,12 +434,15 @@ impl TagNode {
         }
     }
 
-    /// Records the heap bytes a snapshot found under this tag (its children's included):
-    /// the peak, and the heap's part of the budgets, whose crossings are checked here (a
-    /// crossing waits to be reported, like an arena's).
-    pub(crate) fn see_heap(&self, live: usize) -> usize {
+    /// Records the heap bytes a snapshot found under this tag (its children's included),
+    /// live now and the most this frame: the peak ever, and the heap's part of the budgets,
+    /// whose crossings are checked here (a crossing waits to be reported, like an arena's).
+    pub(crate) fn see_heap(&self, live: usize, frame_peak: usize) -> usize {
         self.heap_seen.store(live, Relaxed);
-        let peak = self.heap_peak.fetch_max(live, Relaxed).max(live);
+        let peak = self
+            .heap_peak
+            .fetch_max(frame_peak, Relaxed)
+            .max(frame_peak);
         let total = self.total.load(Relaxed).saturating_add(live);
         if total > self.warn.load(Relaxed) {
             if !self.over_warn.swap(true, Relaxed) {

@@ -48,10 +48,16 @@ pub struct TagFigures {
     /// [`TrackingAllocator`](crate::TrackingAllocator) and not yet freed, at the snapshot.
     /// Not in `held` or `heap_held`: each byte is counted once.
     pub heap_live: usize,
-    /// The most `heap_live` seen at a snapshot (the heap is counted per thread and summed
-    /// when a snapshot is taken, so a peak inside a frame shows in `heap_allocs`, not
-    /// here).
+    /// The most heap bytes live under the tag ever: the largest `heap_frame_peak` of any
+    /// frame (running; an upper bound, as that is).
     pub heap_peak: usize,
+    /// The most heap bytes live under the tag since the last frame end, what was allocated
+    /// and freed within the frame included (per frame). Each thread keeps the most its own
+    /// allocations less its own frees reached; this is their sum: exactly the peak when
+    /// one thread made the frame's allocations and frees of the tag (a system's own work),
+    /// otherwise an upper bound of it, at most the live bytes at the frame's start plus
+    /// `heap_alloc_bytes`. At least `heap_live`.
+    pub heap_frame_peak: usize,
     /// Heap allocation calls (`alloc`, `realloc`) under the tag since the last frame end
     /// ([`end_frame`](super::end_frame)).
     pub heap_allocs: u64,
@@ -179,7 +185,7 @@ impl LedgerSnapshot {
             "frame,tag,depth,held_bytes,peak_held_bytes,used_bytes,heap_held_bytes,\
              blocks_taken,blocks_returned,heap_fallbacks,warn_budget_bytes,limit_budget_bytes,\
              heap_live_bytes,heap_peak_bytes,heap_allocs,heap_frees,heap_alloc_bytes,\
-             heap_free_bytes,heap_rising_windows"
+             heap_free_bytes,heap_rising_windows,heap_frame_peak_bytes"
         )
     }
 
@@ -203,7 +209,7 @@ impl LedgerSnapshot {
             let f = &r.figures;
             writeln!(
                 w,
-                "{frame},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{frame},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 csv_field(r.tag),
                 r.depth,
                 f.held,
@@ -221,20 +227,22 @@ impl LedgerSnapshot {
                 f.heap_frees,
                 f.heap_alloc_bytes,
                 f.heap_free_bytes,
-                f.heap_rising_windows
+                f.heap_rising_windows,
+                f.heap_frame_peak
             )?;
         }
-        writeln!(w, "{frame},(untagged),0,{},,,,,,,,,,,,,,,", self.untagged)?;
+        writeln!(w, "{frame},(untagged),0,{},,,,,,,,,,,,,,,,", self.untagged)?;
         let h = &self.untagged_heap;
         writeln!(
             w,
-            "{frame},(untagged heap),0,,,,,,,,,,{},{},{},{},{},{},",
+            "{frame},(untagged heap),0,,,,,,,,,,{},{},{},{},{},{},,{}",
             h.heap_live,
             h.heap_peak,
             h.heap_allocs,
             h.heap_frees,
             h.heap_alloc_bytes,
-            h.heap_free_bytes
+            h.heap_free_bytes,
+            h.heap_frame_peak
         )
     }
 }
@@ -305,9 +313,10 @@ impl fmt::Display for LedgerSnapshot {
     /// untagged rest and the total. Arena columns: bytes of pool blocks held, their peak,
     /// the bytes the arenas used in them (as last published), heap-fallback blocks, pool
     /// blocks taken and returned (counts). With a
-    /// [`TrackingAllocator`](crate::TrackingAllocator), heap columns follow: bytes live,
-    /// their peak, and this frame's allocation and free calls and bytes; a tag whose live
-    /// heap keeps rising is marked `RISING` after its budget.
+    /// [`TrackingAllocator`](crate::TrackingAllocator), heap columns follow: bytes live now
+    /// and their peak ever, then this frame's: its peak, allocation and free calls, bytes
+    /// allocated and freed; a tag whose live heap keeps rising is marked `RISING` after its
+    /// budget.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = |r: &Row| {
             let leaf = r.tag.rsplit('/').next().unwrap_or(r.tag);
@@ -318,9 +327,10 @@ impl fmt::Display for LedgerSnapshot {
         let heap_cols = |x: &TagFigures| {
             if heap {
                 format!(
-                    " {:>10} {:>10} {:>7} {:>7} {:>10} {:>10}",
+                    " {:>10} {:>10} | {:>10} {:>7} {:>7} {:>10} {:>10}",
                     Bytes(x.heap_live),
                     Bytes(x.heap_peak),
+                    Bytes(x.heap_frame_peak),
                     x.heap_allocs,
                     x.heap_frees,
                     Bytes(x.heap_alloc_bytes),
@@ -334,8 +344,8 @@ impl fmt::Display for LedgerSnapshot {
         if heap {
             write!(
                 f,
-                " {:-^59}",
-                " heap (live, its peak; this frame's calls, bytes) "
+                " {:-^21} | {:-^48}",
+                " heap now, ever ", " heap this frame "
             )?;
         }
         writeln!(f)?;
@@ -347,8 +357,8 @@ impl fmt::Display for LedgerSnapshot {
         if heap {
             write!(
                 f,
-                " {:>10} {:>10} {:>7} {:>7} {:>10} {:>10}",
-                "live", "peak", "allocs", "frees", "allocated", "freed"
+                " {:>10} {:>10} | {:>10} {:>7} {:>7} {:>10} {:>10}",
+                "live", "peak", "peak", "allocs", "frees", "allocated", "freed"
             )?;
         }
         writeln!(f, "  budget")?;
