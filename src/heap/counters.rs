@@ -39,33 +39,34 @@ pub(crate) const SHARDS: usize = 64;
 /// The id of the untagged line.
 pub(crate) const UNTAGGED: u16 = 0;
 
-/// Bits of a packed counter that hold bytes; the bits above hold the number of calls.
-const BYTES_BITS: u32 = 40;
-const BYTES_MASK: u64 = (1 << BYTES_BITS) - 1;
-/// What one call adds to a packed counter's call field.
-const ONE_CALL: u64 = 1 << BYTES_BITS;
-
-/// One tag's counters in one shard. `up` and `down` are packed words (calls in the top 24
-/// bits, bytes in the low 40) so that an event is one load and one store:
-/// - `up`: allocations (`alloc`, `realloc`) and the bytes they brought;
-/// - `down`: frees and the bytes they gave back (a `realloc` adds its old size, no call);
-/// - `high`: the most `up - down` bytes reached since the frame began (signed).
+/// One tag's counters in one shard, each a plain word so that an event is an add to
+/// memory (no packing to undo on the hot path); all wrap, and a frame's figures are
+/// differences of two readings:
+/// - `allocs`, `up`: allocation calls (`alloc`, `realloc`) and the bytes they brought;
+/// - `frees`, `down`: free calls and the bytes they gave back (a `realloc` gives back its
+///   old size, with no call);
+/// - `net`: `up - down` in this shard (below zero in a shard that frees more than it
+///   allocated), kept so that `high` is one compare;
+/// - `high`: the most `net` reached since the frame began.
 ///
-/// Both packed fields wrap. Bytes live are `up - down` modulo 2^40 (exact while a tag
-/// holds less than 1 TiB); a frame's calls are differences modulo 2^24 (exact up to 16
-/// million calls per tag and frame). Each TiB a shard counts carries one call too many
-/// into its call field. 32 bytes: two counters to a cache line, never one across two.
-#[repr(C, align(32))]
+/// 64 bytes, a cache line: a thread's event touches one line of its own shard.
+#[repr(C, align(64))]
 struct Counter {
+    allocs: AtomicU64,
     up: AtomicU64,
+    frees: AtomicU64,
     down: AtomicU64,
+    net: AtomicI64,
     high: AtomicI64,
 }
 
 #[allow(clippy::declare_interior_mutable_const)] // the array repeat expression's element
 const ZERO: Counter = Counter {
+    allocs: AtomicU64::new(0),
     up: AtomicU64::new(0),
+    frees: AtomicU64::new(0),
     down: AtomicU64::new(0),
+    net: AtomicI64::new(0),
     high: AtomicI64::new(0),
 };
 
@@ -144,44 +145,64 @@ pub(crate) fn set_tag(id: u16) -> u16 {
     })
 }
 
-/// The bytes of a packed counter pair's difference, as a signed 40-bit number.
+/// A byte count as a signed one: a size fits (`Layout` keeps it within `isize::MAX`).
 #[inline(always)]
-fn net(up: u64, down: u64) -> i64 {
-    ((up.wrapping_sub(down) << (64 - BYTES_BITS)) as i64) >> (64 - BYTES_BITS)
+fn signed(bytes: usize) -> i64 {
+    bytes as i64
 }
 
-/// A call moving `bytes`, modulo the byte field (which counts modulo 2^40 anyway), so that
-/// no size carries into the call field.
+/// An allocation event on a counter of the calling thread's own shard (no other thread
+/// writes its counts; a frame end may set `high`): `calls` calls, `up` bytes brought,
+/// `down` bytes given back; raises the high.
 #[inline(always)]
-fn call(bytes: usize) -> u64 {
-    ONE_CALL | (bytes as u64 & BYTES_MASK)
-}
-
-/// Adds to a counter of the calling thread's own shard (no other thread writes `up` and
-/// `down` there; a frame end may set `high`) and raises its high.
-#[inline(always)]
-fn own_add(c: &Counter, up: u64, down: u64) {
-    let u = c.up.load(Relaxed).wrapping_add(up);
-    c.up.store(u, Relaxed);
-    let d = c.down.load(Relaxed).wrapping_add(down);
+fn own_alloc(c: &Counter, calls: u64, up: usize, down: usize) {
+    own_add(&c.allocs, calls);
+    own_add(&c.up, up as u64);
     if down != 0 {
-        c.down.store(d, Relaxed);
+        own_add(&c.down, down as u64);
     }
-    let n = net(u, d);
+    let n = c
+        .net
+        .load(Relaxed)
+        .wrapping_add(signed(up))
+        .wrapping_sub(signed(down));
+    c.net.store(n, Relaxed);
     if n > c.high.load(Relaxed) {
         c.high.store(n, Relaxed);
     }
 }
 
-/// Adds to a counter of the shared shard.
-fn shared_add(c: &Counter, up: u64, down: u64) {
-    let u = c.up.fetch_add(up, Relaxed).wrapping_add(up);
-    let d = if down != 0 {
-        c.down.fetch_add(down, Relaxed).wrapping_add(down)
-    } else {
-        c.down.load(Relaxed)
-    };
-    c.high.fetch_max(net(u, d), Relaxed);
+/// A free of `size` bytes on a counter of the calling thread's own shard.
+#[inline(always)]
+fn own_free(c: &Counter, size: usize) {
+    own_add(&c.frees, 1);
+    own_add(&c.down, size as u64);
+    c.net
+        .store(c.net.load(Relaxed).wrapping_sub(signed(size)), Relaxed);
+}
+
+/// Adds to a counter of the calling thread's own shard: a load and a store (no other
+/// thread writes it), which compile to one add to memory.
+#[inline(always)]
+fn own_add(c: &AtomicU64, by: u64) {
+    c.store(c.load(Relaxed).wrapping_add(by), Relaxed);
+}
+
+/// The same events on a counter of the shared shard, with read-modify-writes. Its high
+/// is approximate under contention (a net read between other threads' events).
+fn shared_alloc(c: &Counter, calls: u64, up: usize, down: usize) {
+    c.allocs.fetch_add(calls, Relaxed);
+    c.up.fetch_add(up as u64, Relaxed);
+    c.down.fetch_add(down as u64, Relaxed);
+    let delta = signed(up).wrapping_sub(signed(down));
+    let n = c.net.fetch_add(delta, Relaxed).wrapping_add(delta);
+    c.high.fetch_max(n, Relaxed);
+}
+
+fn shared_free(c: &Counter, size: usize) {
+    c.frees.fetch_add(1, Relaxed);
+    c.down.fetch_add(size as u64, Relaxed);
+    c.net.fetch_sub(signed(size), Relaxed);
 }
 
 /// A new allocation of `size` bytes: counted on the thread's current tag, whose id (below
@@ -195,7 +216,7 @@ pub(crate) fn charge(size: usize) -> u16 {
         }
         // SAFETY: a non-null `counter` points into `TABLE` (a static), in this thread's
         // own shard (see `set_tag`, `own_shard`).
-        own_add(unsafe { &*c }, call(size), 0);
+        own_alloc(unsafe { &*c }, 1, size, 0);
         l.tag.get()
     })
 }
@@ -203,12 +224,12 @@ pub(crate) fn charge(size: usize) -> u16 {
 #[cold]
 #[inline(never)]
 fn charge_slow(l: &Local, size: usize) -> u16 {
-    let tag = l.tag.get();
+    let tag = l.tag.get() % TAGS as u16;
     match own_shard(l) {
-        Some(row) => own_add(&row[usize::from(tag) % TAGS], call(size), 0),
-        None => shared_add(&TABLE[0][usize::from(tag) % TAGS], call(size), 0),
+        Some(row) => own_alloc(&row[usize::from(tag)], 1, size, 0),
+        None => shared_alloc(&TABLE[0][usize::from(tag)], 1, size, 0),
     }
-    tag % TAGS as u16
+    tag
 }
 
 /// The calling thread's own shard's row, taking one on the first call; `None` if the
@@ -237,9 +258,7 @@ pub(crate) fn credit(id: u16, size: usize) {
             return credit_slow(l, id, size);
         }
         // SAFETY: a non-null `row` is this thread's own shard's row in `TABLE`.
-        let c = unsafe { &(*row)[usize::from(id) % TAGS] };
-        c.down
-            .store(c.down.load(Relaxed).wrapping_add(call(size)), Relaxed);
+        own_free(unsafe { &(*row)[usize::from(id) % TAGS] }, size);
     })
 }
 
@@ -248,14 +267,8 @@ pub(crate) fn credit(id: u16, size: usize) {
 fn credit_slow(l: &Local, id: u16, size: usize) {
     let id = usize::from(id) % TAGS;
     match own_shard(l) {
-        Some(row) => {
-            let c = &row[id];
-            c.down
-                .store(c.down.load(Relaxed).wrapping_add(call(size)), Relaxed);
-        }
-        None => {
-            TABLE[0][id].down.fetch_add(call(size), Relaxed);
-        }
+        Some(row) => own_free(&row[id], size),
+        None => shared_free(&TABLE[0][id], size),
     }
 }
 
@@ -264,10 +277,9 @@ fn credit_slow(l: &Local, id: u16, size: usize) {
 #[inline(always)]
 pub(crate) fn resize(id: u16, old: usize, new: usize) {
     let id = usize::from(id) % TAGS;
-    let (up, down) = (call(new), old as u64 & BYTES_MASK);
     LOCAL.with(|l| match own_shard(l) {
-        Some(row) => own_add(&row[id], up, down),
-        None => shared_add(&TABLE[0][id], up, down),
+        Some(row) => own_alloc(&row[id], 1, new, old),
+        None => shared_alloc(&TABLE[0][id], 1, new, old),
     })
 }
 
@@ -279,25 +291,19 @@ pub(crate) struct HeapReading {
     /// The most bytes live since the frame began, bounded from above: the sum of each
     /// shard's high (see the module docs); at least `live`.
     pub(crate) high: usize,
-    /// Allocation calls (`realloc` included), modulo 2^24: compare two readings with
-    /// [`calls_since`].
+    /// Allocation calls (`realloc` included) and free calls, ever, wrapping: compare two
+    /// readings with [`since`].
     pub(crate) allocs: u64,
-    /// Free calls, modulo 2^24.
     pub(crate) frees: u64,
-    /// Bytes allocated (`realloc`'s new sizes included) and bytes given back, ever, modulo
-    /// 2^40: compare two readings with [`bytes_since`].
+    /// Bytes allocated (`realloc`'s new sizes included) and bytes given back, ever,
+    /// wrapping.
     pub(crate) up_bytes: u64,
     pub(crate) down_bytes: u64,
 }
 
-/// Bytes between two readings of a byte count (which wrap at 2^40).
-pub(crate) fn bytes_since(now: u64, then: u64) -> usize {
-    (now.wrapping_sub(then) & BYTES_MASK) as usize
-}
-
-/// Calls between two readings of a call count (which wrap at 2^24).
-pub(crate) fn calls_since(now: u64, then: u64) -> u64 {
-    now.wrapping_sub(then) & (u64::MAX >> BYTES_BITS)
+/// A count's growth between two readings (counts wrap).
+pub(crate) fn since(now: u64, then: u64) -> u64 {
+    now.wrapping_sub(then)
 }
 
 /// The counters of tag `id`, summed over every shard in use; with `frame_end`, each
@@ -307,37 +313,30 @@ pub(crate) fn calls_since(now: u64, then: u64) -> u64 {
 /// in use).
 pub(crate) fn read(id: u16, frame_end: bool) -> HeapReading {
     let used = NEXT_SHARD.load(Relaxed).min(SHARDS);
-    let (mut up, mut down) = (0u64, 0u64);
-    let (mut allocs, mut frees) = (0u64, 0u64);
-    let mut high = 0i64;
+    let mut r = HeapReading::default();
+    let (mut net, mut high) = (0i64, 0i64);
     for shard in TABLE.iter().take(used) {
         let c = &shard[usize::from(id) % TAGS];
-        let (u, d) = (c.up.load(Relaxed), c.down.load(Relaxed));
-        up = up.wrapping_add(u & BYTES_MASK);
-        down = down.wrapping_add(d & BYTES_MASK);
-        allocs = allocs.wrapping_add(u >> BYTES_BITS);
-        frees = frees.wrapping_add(d >> BYTES_BITS);
+        r.allocs = r.allocs.wrapping_add(c.allocs.load(Relaxed));
+        r.frees = r.frees.wrapping_add(c.frees.load(Relaxed));
+        r.up_bytes = r.up_bytes.wrapping_add(c.up.load(Relaxed));
+        r.down_bytes = r.down_bytes.wrapping_add(c.down.load(Relaxed));
+        let n = c.net.load(Relaxed);
         let h = if frame_end {
-            c.high.swap(net(u, d), Relaxed)
+            c.high.swap(n, Relaxed)
         } else {
             c.high.load(Relaxed)
         };
+        net = net.wrapping_add(n);
         // A shard's high is at least its net (an allocation raises it, a frame end sets
         // it to the net; frees lower only the net).
-        high = high.saturating_add(h.max(net(u, d)));
+        high = high.saturating_add(h.max(n));
     }
-    // Bytes live modulo 2^40, as a signed 40-bit number: a free counted before the
-    // allocation it frees (on another thread) can make a snapshot's sum dip below zero
-    // for a moment.
-    let live = net(up, down).max(0) as usize;
-    HeapReading {
-        live,
-        high: usize::try_from(high).unwrap_or(0).max(live),
-        allocs: allocs & (u64::MAX >> BYTES_BITS),
-        frees: frees & (u64::MAX >> BYTES_BITS),
-        up_bytes: up & BYTES_MASK,
-        down_bytes: down & BYTES_MASK,
-    }
+    // A free counted before the allocation it frees (on another thread) can make a
+    // snapshot's sum dip below zero for a moment.
+    r.live = usize::try_from(net).unwrap_or(0);
+    r.high = usize::try_from(high).unwrap_or(0).max(r.live);
+    r
 }
 
 /// Gives out tag ids, 1.. (0 is the untagged line).

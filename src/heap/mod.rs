@@ -111,13 +111,9 @@ fn inner_layout(layout: Layout) -> Layout {
 }
 
 /// A fresh allocation at `addr` of `size` bytes: charged to the thread's tag, which its
-/// map entry records. Not counted (no entry) with tracking off or where the map cannot
-/// hold it.
+/// map entry records. Not counted (no entry) where the map cannot hold it.
 #[inline(always)]
 fn track(addr: usize, size: usize) {
-    if !counters::is_on() {
-        return;
-    }
     if let Some(entry) = owners::entry(addr) {
         let id = counters::charge(size);
         entry.store(id + 1, Relaxed);
@@ -147,7 +143,14 @@ fn take(addr: usize) -> u16 {
 unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: `inner_layout` is valid with a non-zero size (`GlobalAlloc`'s contract).
+        if !counters::is_on() {
+            // Untracked: no entry. (A call in tail position: off, the wrapper costs a
+            // load and a branch.)
+            // SAFETY: `inner_layout` is valid with a non-zero size (`GlobalAlloc`'s
+            // contract).
+            return unsafe { self.inner.alloc(inner_layout(layout)) };
+        }
+        // SAFETY: as above.
         let p = unsafe { self.inner.alloc(inner_layout(layout)) };
         if !p.is_null() {
             track(p.addr(), layout.size());
@@ -157,6 +160,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if !counters::is_on() {
+            // SAFETY: as in `alloc`.
+            return unsafe { self.inner.alloc_zeroed(inner_layout(layout)) };
+        }
         // SAFETY: as in `alloc`.
         let p = unsafe { self.inner.alloc_zeroed(inner_layout(layout)) };
         if !p.is_null() {

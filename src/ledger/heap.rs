@@ -170,10 +170,10 @@ static UNTAGGED_PEAK: std::sync::atomic::AtomicUsize = std::sync::atomic::Atomic
 /// frame of calls.
 pub(super) fn untagged_heap(frame_end: bool) -> TagFigures {
     let r = counters::read(UNTAGGED, frame_end);
-    let allocs = counters::calls_since(r.allocs, UNTAGGED_ALLOCS_BASE.load(Relaxed));
-    let frees = counters::calls_since(r.frees, UNTAGGED_FREES_BASE.load(Relaxed));
-    let alloc_bytes = counters::bytes_since(r.up_bytes, UNTAGGED_UP_BASE.load(Relaxed));
-    let free_bytes = counters::bytes_since(r.down_bytes, UNTAGGED_DOWN_BASE.load(Relaxed));
+    let allocs = counters::since(r.allocs, UNTAGGED_ALLOCS_BASE.load(Relaxed));
+    let frees = counters::since(r.frees, UNTAGGED_FREES_BASE.load(Relaxed));
+    let alloc_bytes = counters::since(r.up_bytes, UNTAGGED_UP_BASE.load(Relaxed)) as usize;
+    let free_bytes = counters::since(r.down_bytes, UNTAGGED_DOWN_BASE.load(Relaxed)) as usize;
     if frame_end {
         UNTAGGED_ALLOCS_BASE.store(r.allocs, Relaxed);
         UNTAGGED_FREES_BASE.store(r.frees, Relaxed);

@@ -423,14 +423,14 @@ impl TagNode {
     /// with `frame_end`, its high starts the next frame (see `counters::read`).
     pub(crate) fn own_heap(&self, frame_end: bool) -> OwnHeap {
         let r = counters::read(self.heap_id, frame_end);
-        let allocs = counters::calls_since(r.allocs, self.heap_allocs_base.load(Relaxed));
-        let frees = counters::calls_since(r.frees, self.heap_frees_base.load(Relaxed));
+        let allocs = counters::since(r.allocs, self.heap_allocs_base.load(Relaxed));
+        let frees = counters::since(r.frees, self.heap_frees_base.load(Relaxed));
         OwnHeap {
             totals: r,
             allocs,
             frees,
-            alloc_bytes: counters::bytes_since(r.up_bytes, self.heap_up_base.load(Relaxed)),
-            free_bytes: counters::bytes_since(r.down_bytes, self.heap_down_base.load(Relaxed)),
+            alloc_bytes: counters::since(r.up_bytes, self.heap_up_base.load(Relaxed)) as usize,
+            free_bytes: counters::since(r.down_bytes, self.heap_down_base.load(Relaxed)) as usize,
         }
     }
 
