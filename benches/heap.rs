@@ -140,7 +140,7 @@ fn criterion_runs(c: &mut Criterion) {
 /// The paired pass: `ROUNDS` rounds, each timing every variant once over `STEPS` steps of
 /// `work` (the pair, then the ring).
 fn paired(what: &str, work: fn(&dyn GlobalAlloc, Layout, u64)) {
-    const ROUNDS: usize = 41;
+    const ROUNDS: usize = 101;
     const STEPS: u64 = 200_000;
     println!(
         "\npaired pass, {what}: median ns per step over {ROUNDS} rounds, ratio to its inner allocator"

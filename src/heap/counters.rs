@@ -43,10 +43,10 @@ pub(crate) const UNTAGGED: u16 = 0;
 /// memory (no packing to undo on the hot path); all wrap, and a frame's figures are
 /// differences of two readings:
 /// - `allocs`, `up`: allocation calls (`alloc`, `realloc`) and the bytes they brought;
-/// - `frees`, `down`: free calls and the bytes they gave back (a `realloc` gives back its
-///   old size, with no call);
-/// - `net`: `up - down` in this shard (below zero in a shard that frees more than it
-///   allocated), kept so that `high` is one compare;
+/// - `frees`: free calls;
+/// - `net`: bytes brought less bytes given back (by frees, and a `realloc`'s old size), in
+///   this shard: below zero in a shard that frees more than it allocated. The bytes given
+///   back are `up - net`, so a free adds to two words, not three;
 /// - `high`: the most `net` reached since the frame began.
 ///
 /// 64 bytes, a cache line: a thread's event touches one line of its own shard.
@@ -55,7 +55,6 @@ struct Counter {
     allocs: AtomicU64,
     up: AtomicU64,
     frees: AtomicU64,
-    down: AtomicU64,
     net: AtomicI64,
     high: AtomicI64,
 }
@@ -65,7 +64,6 @@ const ZERO: Counter = Counter {
     allocs: AtomicU64::new(0),
     up: AtomicU64::new(0),
     frees: AtomicU64::new(0),
-    down: AtomicU64::new(0),
     net: AtomicI64::new(0),
     high: AtomicI64::new(0),
 };
@@ -158,9 +156,6 @@ fn signed(bytes: usize) -> i64 {
 fn own_alloc(c: &Counter, calls: u64, up: usize, down: usize) {
     own_add(&c.allocs, calls);
     own_add(&c.up, up as u64);
-    if down != 0 {
-        own_add(&c.down, down as u64);
-    }
     let n = c
         .net
         .load(Relaxed)
@@ -176,7 +171,6 @@ fn own_alloc(c: &Counter, calls: u64, up: usize, down: usize) {
 #[inline(always)]
 fn own_free(c: &Counter, size: usize) {
     own_add(&c.frees, 1);
-    own_add(&c.down, size as u64);
     c.net
         .store(c.net.load(Relaxed).wrapping_sub(signed(size)), Relaxed);
 }
@@ -193,7 +187,6 @@ fn own_add(c: &AtomicU64, by: u64) {
 fn shared_alloc(c: &Counter, calls: u64, up: usize, down: usize) {
     c.allocs.fetch_add(calls, Relaxed);
     c.up.fetch_add(up as u64, Relaxed);
-    c.down.fetch_add(down as u64, Relaxed);
     let delta = signed(up).wrapping_sub(signed(down));
     let n = c.net.fetch_add(delta, Relaxed).wrapping_add(delta);
     c.high.fetch_max(n, Relaxed);
@@ -201,7 +194,6 @@ fn shared_alloc(c: &Counter, calls: u64, up: usize, down: usize) {
 
 fn shared_free(c: &Counter, size: usize) {
     c.frees.fetch_add(1, Relaxed);
-    c.down.fetch_add(size as u64, Relaxed);
     c.net.fetch_sub(signed(size), Relaxed);
 }
 
@@ -301,9 +293,12 @@ pub(crate) struct HeapReading {
     pub(crate) down_bytes: u64,
 }
 
-/// A count's growth between two readings (counts wrap).
+/// A count's growth between two readings (counts wrap). A reading taken while another
+/// thread is between the words of one event can have its bytes given back ahead by that
+/// event's size, and the next reading then seem to go back: such a step reads as 0.
 pub(crate) fn since(now: u64, then: u64) -> u64 {
-    now.wrapping_sub(then)
+    let d = now.wrapping_sub(then);
+    if d > i64::MAX as u64 { 0 } else { d }
 }
 
 /// The counters of tag `id`, summed over every shard in use; with `frame_end`, each
@@ -319,9 +314,10 @@ pub(crate) fn read(id: u16, frame_end: bool) -> HeapReading {
         let c = &shard[usize::from(id) % TAGS];
         r.allocs = r.allocs.wrapping_add(c.allocs.load(Relaxed));
         r.frees = r.frees.wrapping_add(c.frees.load(Relaxed));
-        r.up_bytes = r.up_bytes.wrapping_add(c.up.load(Relaxed));
-        r.down_bytes = r.down_bytes.wrapping_add(c.down.load(Relaxed));
         let n = c.net.load(Relaxed);
+        let up = c.up.load(Relaxed);
+        r.up_bytes = r.up_bytes.wrapping_add(up);
+        r.down_bytes = r.down_bytes.wrapping_add(up.wrapping_sub(n as u64));
         let h = if frame_end {
             c.high.swap(n, Relaxed)
         } else {
