@@ -351,6 +351,7 @@ fn a_frames_peak_is_what_was_live_at_its_height_within_the_frame() {
 /// With several threads, the frame's peak is each thread's summed: never below the true
 /// peak, never above what was live at the start plus what the frame allocated.
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_frames_peak_over_threads_is_bounded_both_ways() {
     use std::sync::Barrier;
     let _frames = frames();

@@ -340,6 +340,12 @@ mod tests {
     fn on_linux_the_flat_table_is_had_and_only_what_is_touched_is_resident() {
         // Far from any heap this test binary uses; writing the empty entry touches its page.
         entry(0x7000_1234_0000).unwrap().store(0, Relaxed);
+        if std::env::var_os("NEBULA_UNDER_VALGRIND").is_some() {
+            // Valgrind refuses a reservation this large: the map is the tree there (which
+            // is what the refusal must give).
+            assert_eq!(shape(), IS_TREE);
+            return;
+        }
         assert_eq!(shape(), IS_FLAT);
         assert!(mapped_bytes() >= FLAT_BYTES);
         let resident = overhead();
