@@ -9,8 +9,8 @@
 //! Criterion measures the pairs; then a paired pass of each shape runs the variants in
 //! turn, round after round, and prints each one's median per step and its ratio to its
 //! inner allocator (the figures README quotes: a busy machine moves all variants of a
-//! round together).
-//! `cargo bench --bench heap`.
+//! round together). `cargo bench --bench heap -- paired` runs the paired passes alone (a
+//! filter no criterion benchmark's name matches); `cargo bench --bench heap` runs all.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;

@@ -189,17 +189,7 @@ unsafe impl Arena for HotCursor<'_, '_> {
     #[inline(always)]
     #[track_caller]
     fn alloc(&self, layout: Layout) -> NonNull<u8> {
-        if let Some(p) = self.bump(layout) {
-            return p;
-        }
-        let Refill {
-            result,
-            window,
-            reports,
-        } = refill(self.arena, self.ptr.get(), layout);
-        self.reload(window);
-        reports.emit();
-        match result {
+        match self.try_alloc(layout) {
             Ok(p) => p,
             Err(e) => alloc_failed(&e),
         }

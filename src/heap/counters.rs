@@ -31,10 +31,13 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize};
 
 /// Tags the heap counters can tell apart: id 0 is the untagged line, ids are given to
 /// tags in the order they are first used; a tag past the table counts as untagged.
-pub(crate) const TAGS: usize = 1024;
+/// Under Miri a smaller table (each access to the static costs Miri in proportion to its
+/// size): the same code, other sizes.
+pub(crate) const TAGS: usize = if cfg!(miri) { 256 } else { 1024 };
 
-/// Shards: 0 is shared (read-modify-write), 1.. are one thread's each.
-pub(crate) const SHARDS: usize = 64;
+/// Shards: 0 is shared (read-modify-write), 1.. are one thread's each (Miri: see `TAGS`;
+/// its threads past the 15th share shard 0, which Miri then checks too).
+pub(crate) const SHARDS: usize = if cfg!(miri) { 16 } else { 64 };
 
 /// The id of the untagged line.
 pub(crate) const UNTAGGED: u16 = 0;

@@ -4,10 +4,9 @@
 
 use std::ptr::NonNull;
 
-use super::{Chain, window};
+use super::{Chain, tell_block, window};
 use crate::arena::cursor::Cursor;
 use crate::block::HEADER;
-use crate::ledger::{self, LedgerEvent};
 use crate::pool::MemoryPool;
 
 impl Chain {
@@ -53,20 +52,9 @@ impl Chain {
         if let Some(t) = &self.tag {
             t.node.settle(estimate, added, false);
             pool.note_charged(added, true);
-            let tag = t.node.path;
             // To a memory profiler the block is freed and taken again, larger.
-            ledger::send(|| LedgerEvent::BlockReturned {
-                tag,
-                addr: b.addr(),
-                bytes: old,
-                heap: false,
-            });
-            ledger::send(|| LedgerEvent::BlockTaken {
-                tag,
-                addr: b.addr(),
-                bytes: size,
-                heap: false,
-            });
+            tell_block(false, t.node.path, b.addr(), old, false);
+            tell_block(true, t.node.path, b.addr(), size, false);
         }
         let (_, new_end) = window(b);
         cursor.extend_end(new_end);

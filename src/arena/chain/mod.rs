@@ -402,13 +402,7 @@ impl Chain {
             let size = unsafe { (*b).size };
             t.node.settle(estimate, size, false);
             pool.note_charged(size, true);
-            let tag = t.node.path;
-            ledger::send(|| LedgerEvent::BlockTaken {
-                tag,
-                addr: b.addr(),
-                bytes: size,
-                heap: false,
-            });
+            tell_block(true, t.node.path, b.addr(), size, false);
         }
         Ok(b)
     }
@@ -452,13 +446,7 @@ impl Chain {
             // SAFETY: a fresh block we own.
             let size = unsafe { (*b).size };
             t.node.settle(estimate, size, true);
-            let tag = t.node.path;
-            ledger::send(|| LedgerEvent::BlockTaken {
-                tag,
-                addr: b.addr(),
-                bytes: size,
-                heap: true,
-            });
+            tell_block(true, t.node.path, b.addr(), size, true);
         }
         Ok(Some(b))
     }
@@ -520,13 +508,7 @@ impl Chain {
                 self.credit(pool, owed);
             }
             if let Some(t) = &self.tag {
-                let tag = t.node.path;
-                ledger::send(|| LedgerEvent::BlockReturned {
-                    tag,
-                    addr: block.addr(),
-                    bytes: size,
-                    heap,
-                });
+                tell_block(false, t.node.path, block.addr(), size, heap);
             }
             if heap {
                 self.heap_blocks -= 1;
@@ -575,4 +557,26 @@ impl Chain {
         // SAFETY: unlinked above; the arena's owner proved nothing is borrowed.
         unsafe { self.release_list(pool, all) };
     }
+}
+
+/// Tells the ledger's receivers that a tagged arena took (`taken`) or gave back the block
+/// of `bytes` at `addr`, from or to its pool or (`heap`) the system heap.
+pub(super) fn tell_block(taken: bool, tag: &'static str, addr: usize, bytes: usize, heap: bool) {
+    ledger::send(|| {
+        if taken {
+            LedgerEvent::BlockTaken {
+                tag,
+                addr,
+                bytes,
+                heap,
+            }
+        } else {
+            LedgerEvent::BlockReturned {
+                tag,
+                addr,
+                bytes,
+                heap,
+            }
+        }
+    });
 }
