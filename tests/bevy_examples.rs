@@ -137,6 +137,14 @@ fn write(path: &Path, text: &str) {
     }
 }
 
+/// A package's manifest: its `[package]` table, then `[dependencies]` and `rest`.
+fn manifest(name: &str, version: &str, rest: &str) -> String {
+    format!(
+        "[package]\nname = \"{name}\"\nversion = \"{version}\"\nedition = \"2024\"\n\
+         publish = false\n\n[dependencies]\n{rest}"
+    )
+}
+
 /// The package of the programs, written under the test target's temporary directory.
 fn package(dir: &Path) {
     let root = env!("CARGO_MANIFEST_DIR");
@@ -166,36 +174,17 @@ fn package(dir: &Path) {
 bevy_ecs = { version = \"0.20.1\", default-features = false, features = [\"std\", \"multi_threaded\"] }
 bevy_utils = { version = \"0.20.1\", default-features = false }
 ";
+    let root_deps = format!(
+        "nebula_memory = {{ path = {root:?} }}\nbevy = {{ path = \"shim\" }}\n\n{bins}\
+         [workspace]\nmembers = [\"shim\"]\n"
+    );
     write(
         &dir.join("Cargo.toml"),
-        &format!(
-            "[package]
-name = \"bevy_examples\"
-version = \"0.0.0\"
-edition = \"2024\"
-publish = false
-
-[dependencies]
-nebula_memory = {{ path = {root:?} }}
-bevy = {{ path = \"shim\" }}
-
-{bins}[workspace]
-members = [\"shim\"]
-"
-        ),
+        &manifest("bevy_examples", "0.0.0", &root_deps),
     );
     write(
         &dir.join("shim/Cargo.toml"),
-        &format!(
-            "[package]
-name = \"bevy\"
-version = \"0.20.1\"
-edition = \"2024\"
-publish = false
-
-[dependencies]
-{deps}"
-        ),
+        &manifest("bevy", "0.20.1", deps),
     );
     write(&dir.join("shim/src/lib.rs"), SHIM_LIB);
     // This crate's lock file: the same Bevy, found offline.
