@@ -178,17 +178,22 @@ pub(crate) struct AttributedSystems {
     scanned: HashMap<InternedScheduleLabel, usize>,
 }
 
-/// The heap tag of a system: `systems/<short name>` (`nebula_memory/<short name>` for the
-/// crate's own), a `/` in the name made a `:`; with [`SystemLines::PerSystem`], ` #n` after
-/// the name of the n-th system to take it.
-fn tag_of(name: &DebugName, lines: SystemLines, taken: &mut HashMap<String, u32>) -> String {
+/// The heap tag of a system named `name` (`full`: its full name): `systems/<short name>`
+/// (`nebula_memory/<short name>` for the crate's own), a `/` in the name made a `:`; with
+/// [`SystemLines::PerSystem`], ` #n` after the name of the n-th system to take it.
+fn tag_of(
+    name: &DebugName,
+    full: &str,
+    lines: SystemLines,
+    taken: &mut HashMap<String, u32>,
+) -> String {
     let short = name.shortname().to_string().replace('/', ":");
     let short = if short.is_empty() {
         "(unnamed)".to_owned()
     } else {
         short
     };
-    let parent = if name.to_string().starts_with("nebula_memory::") {
+    let parent = if full.starts_with("nebula_memory::") {
         CRATE_SYSTEMS_TAG
     } else {
         SYSTEMS_TAG
@@ -249,8 +254,8 @@ pub(crate) fn attribute_systems(world: &mut World) {
                 continue;
             }
             let name = slot.system().name();
-            let tag = tag_of(&name, config.lines, &mut done.lines);
             let full = name.to_string();
+            let tag = tag_of(&name, &full, config.lines, &mut done.lines);
             for (function, budget, found) in &mut config.budgets {
                 if *function == full {
                     *found = true;

@@ -28,9 +28,10 @@ impl BudgetWatch {
     }
 }
 
-/// Whether anything was ever charged to a tag with these figures.
+/// Whether anything was ever charged to a tag with these figures (heap bytes live now are
+/// in `heap_peak`, the most ever live).
 fn charged(f: &TagFigures) -> bool {
-    f.blocks_taken > 0 || f.peak_held > 0 || f.heap_allocs > 0 || f.heap_live > 0 || f.heap_peak > 0
+    f.blocks_taken > 0 || f.peak_held > 0 || f.heap_allocs > 0 || f.heap_peak > 0
 }
 
 /// After the ledger's frame end: crosses off the budgets' tags charged so far; after

@@ -35,37 +35,35 @@ pub enum ExitReport {
     File(PathBuf),
 }
 
-/// After the ledger's frame end: if an `AppExit` was sent this frame, writes the table.
+/// After the ledger's frame end: if a report was asked for and an `AppExit` was sent
+/// this frame, writes the table.
 pub(crate) fn report_on_exit(world: &mut World) {
+    let report = match world.get_resource::<ExitReport>() {
+        None | Some(ExitReport::Off) => return,
+        Some(report) => report,
+    };
     let exiting = world
         .get_resource::<Messages<AppExit>>()
         .is_some_and(|m| m.iter_current_update_messages().next().is_some());
+    let Some(ledger) = world.get_resource::<MemoryLedger>() else {
+        return;
+    };
     if !exiting {
         return;
     }
-    let (Some(report), Some(ledger)) = (
-        world.get_resource::<ExitReport>(),
-        world.get_resource::<MemoryLedger>(),
-    ) else {
-        return;
-    };
     let table = format!(
         "nebula_memory ledger at exit (frame {}):\n{}",
         ledger.frame(),
         **ledger
     );
-    match report {
-        ExitReport::Off => {}
-        ExitReport::Stderr => {
-            let _ = std::io::stderr().lock().write_all(table.as_bytes());
+    if let ExitReport::File(path) = report {
+        if let Err(e) = std::fs::write(path, table) {
+            tracing::warn!(
+                path = %path.display(),
+                "MemoryPlugin: cannot write the exit report: {e}"
+            );
         }
-        ExitReport::File(path) => {
-            if let Err(e) = std::fs::write(path, table) {
-                tracing::warn!(
-                    path = %path.display(),
-                    "MemoryPlugin: cannot write the exit report: {e}"
-                );
-            }
-        }
+    } else {
+        let _ = std::io::stderr().lock().write_all(table.as_bytes());
     }
 }

@@ -210,7 +210,7 @@ pub(crate) fn charge(size: usize) -> u16 {
             return charge_slow(l, size);
         }
         // SAFETY: a non-null `counter` points into `TABLE` (a static), in this thread's
-        // own shard (see `set_tag`, `own_shard`).
+        // own shard (see `set_tag`, `counter_of`).
         own_alloc(unsafe { &*c }, 1, size, 0);
         l.tag.get()
     })
@@ -220,27 +220,33 @@ pub(crate) fn charge(size: usize) -> u16 {
 #[inline(never)]
 fn charge_slow(l: &Local, size: usize) -> u16 {
     let tag = l.tag.get() % TAGS as u16;
-    match own_shard(l) {
-        Some(row) => own_alloc(&row[usize::from(tag)], 1, size, 0),
-        None => shared_alloc(&TABLE[0][usize::from(tag)], 1, size, 0),
+    match counter_of(l, tag) {
+        Ok(c) => own_alloc(c, 1, size, 0),
+        Err(c) => shared_alloc(c, 1, size, 0),
     }
     tag
 }
 
-/// The calling thread's own shard's row, taking one on the first call; `None` if the
-/// thread shares shard 0.
-fn own_shard(l: &Local) -> Option<&'static Row> {
+/// The counter of tag `id` for the calling thread: in its own shard (taking one on the
+/// first call), or `Err` with the shared shard's. Only the counter is borrowed, never a
+/// row or the table whole (Miri checks every byte a reference covers, at every use).
+fn counter_of(l: &Local, id: u16) -> Result<&'static Counter, &'static Counter> {
+    let id = usize::from(id) % TAGS;
     if !l.asked.get() {
         l.asked.set(true);
         let n = NEXT_SHARD.fetch_add(1, Relaxed);
         if n < SHARDS {
-            let row = &TABLE[n];
-            l.row.set(row);
-            l.counter.set(&row[usize::from(l.tag.get()) % TAGS]);
+            l.row.set(&raw const TABLE[n]);
+            l.counter
+                .set(&raw const TABLE[n][usize::from(l.tag.get()) % TAGS]);
         }
     }
-    // SAFETY: non-null, `row` is one of `TABLE`'s rows.
-    unsafe { l.row.get().as_ref() }
+    let row = l.row.get();
+    if row.is_null() {
+        return Err(&TABLE[0][id]);
+    }
+    // SAFETY: a non-null `row` is one of `TABLE`'s rows (a static), this thread's own.
+    Ok(unsafe { &(*row)[id] })
 }
 
 /// A free of `size` bytes of an allocation charged to `id`: counted on that tag, in the
@@ -260,10 +266,9 @@ pub(crate) fn credit(id: u16, size: usize) {
 #[cold]
 #[inline(never)]
 fn credit_slow(l: &Local, id: u16, size: usize) {
-    let id = usize::from(id) % TAGS;
-    match own_shard(l) {
-        Some(row) => own_free(&row[id], size),
-        None => shared_free(&TABLE[0][id], size),
+    match counter_of(l, id) {
+        Ok(c) => own_free(c, size),
+        Err(c) => shared_free(c, size),
     }
 }
 
@@ -271,10 +276,9 @@ fn credit_slow(l: &Local, id: u16, size: usize) {
 /// allocation call of `new` bytes, and `old` bytes back (no free call).
 #[inline(always)]
 pub(crate) fn resize(id: u16, old: usize, new: usize) {
-    let id = usize::from(id) % TAGS;
-    LOCAL.with(|l| match own_shard(l) {
-        Some(row) => own_alloc(&row[id], 1, new, old),
-        None => shared_alloc(&TABLE[0][id], 1, new, old),
+    LOCAL.with(|l| match counter_of(l, id) {
+        Ok(c) => own_alloc(c, 1, new, old),
+        Err(c) => shared_alloc(c, 1, new, old),
     })
 }
 
@@ -313,8 +317,10 @@ pub(crate) fn read(id: u16, frame_end: bool) -> HeapReading {
     let used = NEXT_SHARD.load(Relaxed).min(SHARDS);
     let mut r = HeapReading::default();
     let (mut net, mut high) = (0i64, 0i64);
-    for shard in TABLE.iter().take(used) {
-        let c = &shard[usize::from(id) % TAGS];
+    // Indexed, not iterated: the counter alone is borrowed (see `counter_of`).
+    #[allow(clippy::needless_range_loop)]
+    for shard in 0..used {
+        let c = &TABLE[shard][usize::from(id) % TAGS];
         r.allocs = r.allocs.wrapping_add(c.allocs.load(Relaxed));
         r.frees = r.frees.wrapping_add(c.frees.load(Relaxed));
         let n = c.net.load(Relaxed);

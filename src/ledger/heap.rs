@@ -3,10 +3,9 @@
 //! untagged line.
 
 use std::marker::PhantomData;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::node::{check_tag, node};
+use super::node::{FrameBase, check_tag, node};
 use super::snapshot::TagFigures;
 use crate::heap::counters::{self, UNTAGGED};
 
@@ -159,36 +158,24 @@ pub fn heap_tracking_overhead() -> usize {
     crate::heap::owners::overhead()
 }
 
-/// The untagged line's calls at the last frame end.
-static UNTAGGED_ALLOCS_BASE: AtomicU64 = AtomicU64::new(0);
-static UNTAGGED_FREES_BASE: AtomicU64 = AtomicU64::new(0);
-static UNTAGGED_UP_BASE: AtomicU64 = AtomicU64::new(0);
-static UNTAGGED_DOWN_BASE: AtomicU64 = AtomicU64::new(0);
+/// The untagged line's counts at the last frame end.
+static UNTAGGED_BASE: FrameBase = FrameBase::new();
 static UNTAGGED_PEAK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// The heap allocated outside every scope, as figures; with `frame_end`, starts its next
-/// frame of calls.
+/// frame.
 pub(super) fn untagged_heap(frame_end: bool) -> TagFigures {
-    let r = counters::read(UNTAGGED, frame_end);
-    let allocs = counters::since(r.allocs, UNTAGGED_ALLOCS_BASE.load(Relaxed));
-    let frees = counters::since(r.frees, UNTAGGED_FREES_BASE.load(Relaxed));
-    let alloc_bytes = counters::since(r.up_bytes, UNTAGGED_UP_BASE.load(Relaxed)) as usize;
-    let free_bytes = counters::since(r.down_bytes, UNTAGGED_DOWN_BASE.load(Relaxed)) as usize;
-    if frame_end {
-        UNTAGGED_ALLOCS_BASE.store(r.allocs, Relaxed);
-        UNTAGGED_FREES_BASE.store(r.frees, Relaxed);
-        UNTAGGED_UP_BASE.store(r.up_bytes, Relaxed);
-        UNTAGGED_DOWN_BASE.store(r.down_bytes, Relaxed);
-    }
+    let own = UNTAGGED_BASE.frame(counters::read(UNTAGGED, frame_end), frame_end);
+    let r = own.totals;
     let peak = UNTAGGED_PEAK.fetch_max(r.high, Relaxed).max(r.high);
     TagFigures {
         heap_live: r.live,
         heap_peak: peak,
         heap_frame_peak: r.high,
-        heap_allocs: allocs,
-        heap_frees: frees,
-        heap_alloc_bytes: alloc_bytes,
-        heap_free_bytes: free_bytes,
+        heap_allocs: own.allocs,
+        heap_frees: own.frees,
+        heap_alloc_bytes: own.alloc_bytes,
+        heap_free_bytes: own.free_bytes,
         ..TagFigures::default()
     }
 }

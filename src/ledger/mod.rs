@@ -267,11 +267,6 @@ fn fill(snap: &mut LedgerSnapshot, frame_end: bool) {
                 figures,
             });
         }
-        if frame_end {
-            for (n, own) in nodes.iter().zip(&snap.own_heap) {
-                n.end_heap_frame(own.totals);
-            }
-        }
     });
     snap.untagged = global::created_pools()
         .into_iter()

@@ -87,13 +87,8 @@ pub(crate) struct TagNode {
     /// The most heap bytes live under this tag and its children ever: the largest of the
     /// frames' highs (an upper bound, see `TagFigures::heap_frame_peak`).
     heap_peak: AtomicUsize,
-    /// This tag's own allocation and free calls at the last frame end (heap counters are
-    /// totals; a frame's are the difference).
-    heap_allocs_base: AtomicU64,
-    heap_frees_base: AtomicU64,
-    /// This tag's own bytes allocated and given back at the last frame end.
-    heap_up_base: AtomicU64,
-    heap_down_base: AtomicU64,
+    /// This tag's own heap counts at the last frame end.
+    heap_base: FrameBase,
     /// Whether its live heap keeps rising, window after window (leaks and growth).
     pub(crate) growth: Growth,
     /// Arena and heap bytes together are above `limit` and that was reported: the heap
@@ -166,10 +161,7 @@ fn intern(registry: &mut Vec<&'static TagNode>, path: &'static str) -> &'static 
         heap_id: crate::heap::counters::new_tag_id(),
         heap_seen: AtomicUsize::new(0),
         heap_peak: AtomicUsize::new(0),
-        heap_allocs_base: AtomicU64::new(0),
-        heap_frees_base: AtomicU64::new(0),
-        heap_up_base: AtomicU64::new(0),
-        heap_down_base: AtomicU64::new(0),
+        heap_base: FrameBase::new(),
         growth: Growth::new(),
         over_limit: AtomicBool::new(false),
         limit_pending: AtomicBool::new(false),
@@ -205,7 +197,45 @@ pub(crate) struct Reading {
     pub(crate) heap: Heap,
 }
 
-/// A tag's own heap counters at a snapshot: the totals, and the frame's calls.
+/// A heap line's counts at the last frame end: the counters are totals, and a frame's
+/// figures are the difference (the tags' own lines, and the untagged one).
+pub(crate) struct FrameBase {
+    allocs: AtomicU64,
+    frees: AtomicU64,
+    up: AtomicU64,
+    down: AtomicU64,
+}
+
+impl FrameBase {
+    pub(crate) const fn new() -> FrameBase {
+        FrameBase {
+            allocs: AtomicU64::new(0),
+            frees: AtomicU64::new(0),
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+        }
+    }
+
+    /// The frame so far of the line read as `r`; with `frame_end`, `r` starts the next.
+    pub(crate) fn frame(&self, r: HeapReading, frame_end: bool) -> OwnHeap {
+        let own = OwnHeap {
+            totals: r,
+            allocs: counters::since(r.allocs, self.allocs.load(Relaxed)),
+            frees: counters::since(r.frees, self.frees.load(Relaxed)),
+            alloc_bytes: counters::since(r.up_bytes, self.up.load(Relaxed)) as usize,
+            free_bytes: counters::since(r.down_bytes, self.down.load(Relaxed)) as usize,
+        };
+        if frame_end {
+            self.allocs.store(r.allocs, Relaxed);
+            self.frees.store(r.frees, Relaxed);
+            self.up.store(r.up_bytes, Relaxed);
+            self.down.store(r.down_bytes, Relaxed);
+        }
+        own
+    }
+}
+
+/// A heap line's own counters at a snapshot: the totals, and the frame's calls and bytes.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct OwnHeap {
     pub(crate) totals: HeapReading,
@@ -419,19 +449,12 @@ impl TagNode {
             .fold(0usize, usize::saturating_add)
     }
 
-    /// This tag's own heap counters (not its children's): totals, and this frame's calls;
-    /// with `frame_end`, its high starts the next frame (see `counters::read`).
+    /// This tag's own heap counters (not its children's): totals, and this frame's calls
+    /// and bytes; with `frame_end`, the next frame starts here (its counts, and its high:
+    /// see `counters::read`).
     pub(crate) fn own_heap(&self, frame_end: bool) -> OwnHeap {
-        let r = counters::read(self.heap_id, frame_end);
-        let allocs = counters::since(r.allocs, self.heap_allocs_base.load(Relaxed));
-        let frees = counters::since(r.frees, self.heap_frees_base.load(Relaxed));
-        OwnHeap {
-            totals: r,
-            allocs,
-            frees,
-            alloc_bytes: counters::since(r.up_bytes, self.heap_up_base.load(Relaxed)) as usize,
-            free_bytes: counters::since(r.down_bytes, self.heap_down_base.load(Relaxed)) as usize,
-        }
+        self.heap_base
+            .frame(counters::read(self.heap_id, frame_end), frame_end)
     }
 
     /// Records the heap bytes a snapshot found under this tag (its children's included),
@@ -461,14 +484,6 @@ impl TagNode {
             self.over_limit.store(false, Relaxed);
         }
         peak
-    }
-
-    /// Starts a new frame of heap calls for this tag (at a frame end).
-    pub(crate) fn end_heap_frame(&self, own: HeapReading) {
-        self.heap_allocs_base.store(own.allocs, Relaxed);
-        self.heap_frees_base.store(own.frees, Relaxed);
-        self.heap_up_base.store(own.up_bytes, Relaxed);
-        self.heap_down_base.store(own.down_bytes, Relaxed);
     }
 
     /// A frame ends with `live` heap bytes under this tag: one more frame of its growth
