@@ -51,7 +51,15 @@ pub enum PoolError {
         /// The capacity asked for.
         capacity: usize,
     },
-    /// The operating system refused to reserve the address space.
+    /// `MemoryPool::segmented` with a segment size of zero.
+    InvalidSegment {
+        /// The pool's name.
+        pool: &'static str,
+        /// The segment size asked for.
+        segment: usize,
+    },
+    /// The operating system refused to reserve the address space: an address-space limit
+    /// (`ulimit -v`, a container's), or a system that does not overcommit.
     ReserveFailed {
         /// The pool's name.
         pool: &'static str,
@@ -102,9 +110,16 @@ impl fmt::Display for PoolError {
                  a global pool's size is set before first use with configure_global_pools, \
                  in Bevy MemoryPlugin::pools)"
             ),
-            PoolError::InvalidCapacity { pool, capacity } => {
-                write!(f, "memory pool '{pool}': invalid capacity {capacity}")
-            }
+            PoolError::InvalidCapacity { pool, capacity } => write!(
+                f,
+                "memory pool '{pool}': invalid capacity {capacity} (a pool spans at least 1 \
+                 byte and at most isize::MAX bytes in whole pages)"
+            ),
+            PoolError::InvalidSegment { pool, segment } => write!(
+                f,
+                "memory pool '{pool}': invalid segment size {segment} (MemoryPool::segmented \
+                 takes segments of at least 1 byte)"
+            ),
             PoolError::ReserveFailed {
                 pool,
                 capacity,
@@ -114,10 +129,16 @@ impl fmt::Display for PoolError {
                     f,
                     "memory pool '{pool}': could not reserve {capacity} bytes"
                 )?;
-                match os_code {
-                    Some(code) => write!(f, " ({})", std::io::Error::from_raw_os_error(code)),
-                    None => Ok(()),
+                if let Some(code) = os_code {
+                    write!(f, " ({})", std::io::Error::from_raw_os_error(code))?;
                 }
+                write!(
+                    f,
+                    ": the address space is limited (ulimit -v, a container) or not \
+                     overcommitted; ask for less (a global pool's size is set before first \
+                     use with configure_global_pools, in Bevy MemoryPlugin::pools) or raise \
+                     the limit"
+                )
             }
             PoolError::CommitFailed { pool, requested } => write!(
                 f,

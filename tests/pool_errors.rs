@@ -463,6 +463,10 @@ fn every_error_names_its_pool() {
             pool: "p1",
             capacity: 0,
         },
+        PoolError::InvalidSegment {
+            pool: "p1",
+            segment: 0,
+        },
         PoolError::ReserveFailed {
             pool: "p1",
             capacity: 10,

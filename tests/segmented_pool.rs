@@ -225,7 +225,7 @@ fn bad_settings_are_refused() {
     ));
     assert!(matches!(
         MemoryPool::segmented("seg-step", MIB, 0),
-        Err(PoolError::InvalidCapacity { .. })
+        Err(PoolError::InvalidSegment { segment: 0, .. })
     ));
     let pool = MemoryPool::segmented("seg-huge", MIB, MIB).unwrap();
     assert!(matches!(

@@ -58,6 +58,16 @@ impl ArenaConfig {
         self
     }
 
+    /// Sets `first_block` as a default, not a demand: the crate's own configurations (the
+    /// thread arenas, `with_scratch`, the Bevy plugin's defaults), so that on a pool too
+    /// small for it the arena settles for smaller blocks instead of refusing a size the
+    /// user never set.
+    pub(crate) fn first_block_default(mut self, bytes: usize) -> Self {
+        self.first_block = bytes;
+        self.first_block_set = false;
+        self
+    }
+
     /// Refuses, with a panic naming the field and both sizes, a `first_block` set with the
     /// builder that `pool` can never serve (see
     /// [`first_block`](ArenaConfig#structfield.first_block)).

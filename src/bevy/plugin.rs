@@ -139,7 +139,7 @@ impl Default for MemoryPlugin {
         MemoryPlugin {
             pools: None,
             thread_arena_capacity: DEFAULT_THREAD_ARENA_CAPACITY,
-            scratch: ArenaConfig::default().first_block(SCRATCH_FIRST_BLOCK),
+            scratch: ArenaConfig::default().first_block_default(SCRATCH_FIRST_BLOCK),
             frame_memory: FrameMemory::default_config(),
             budgets: MemoryBudgets::default(),
             quarantine_frames: 0,

@@ -205,7 +205,7 @@ impl FrameMemory {
     /// ```
     pub fn default_config() -> ArenaConfig {
         ArenaConfig::default()
-            .first_block(crate::per_thread::SCRATCH_FIRST_BLOCK)
+            .first_block_default(crate::per_thread::SCRATCH_FIRST_BLOCK)
             .trim_after_resets(FRAME_MEMORY_TRIM_AFTER_RESETS)
             .tag(crate::ledger::tags::FRAME_MEMORY)
     }

@@ -51,7 +51,7 @@ static PASSES: AtomicU64 = AtomicU64::new(0);
 static WITH_SCRATCH: LazyLock<Arc<ScratchOwner>> = LazyLock::new(|| {
     ScratchOwner::per_thread(
         ArenaConfig::default()
-            .first_block(SCRATCH_FIRST_BLOCK)
+            .first_block_default(SCRATCH_FIRST_BLOCK)
             .tag(crate::ledger::tags::WITH_SCRATCH),
     )
 });

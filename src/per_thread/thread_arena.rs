@@ -281,7 +281,7 @@ pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
                 // In use is capped at `capacity` (see `alloc`); held at what growth may
                 // take for that: the first block plus one of `capacity`, and headers.
                 let config = ArenaConfig::default()
-                    .first_block(FIRST_BLOCK.min(capacity))
+                    .first_block_default(FIRST_BLOCK.min(capacity))
                     .max_block(capacity)
                     .held_limit(capacity.saturating_add(FIRST_BLOCK).saturating_add(4096))
                     .tag(crate::ledger::tags::THREAD_ARENAS);

@@ -85,37 +85,46 @@ impl MemoryPool {
     }
 
     /// Sets how long release pressure must stay above the retain limit before a release or
-    /// [`maintain`](MemoryPool::maintain) decommits (default 500 ms; 30 calls of
-    /// `maintain`, once a frame, also end it). A delay rides out
-    /// free-then-reallocate churn (a level unloaded, the next one loaded) without faulting
-    /// every page in again; `Duration::ZERO` decommits as soon as the limit is crossed.
-    /// O(1).
+    /// [`maintain`](MemoryPool::maintain) decommits (default 500 ms). As many calls of
+    /// `maintain` as the delay is frames at 60 a second (30 for the default) also end it,
+    /// whichever comes first. A delay rides out free-then-reallocate churn (a level
+    /// unloaded, the next one loaded) without faulting every page in again;
+    /// `Duration::ZERO` decommits as soon as the limit is crossed, `Duration::MAX` never
+    /// (until [`trim`](MemoryPool::trim)). O(1).
     ///
     /// ```
     /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
     /// pool.set_purge_delay(std::time::Duration::ZERO);
     /// ```
     pub fn set_purge_delay(&self, delay: Duration) {
-        self.state.lock().purge.delay = delay;
+        self.state.lock().purge.set_delay(delay);
     }
 
-    /// Sets the recall window: how long the free pages a recent peak of use needed stay
-    /// resident after it (default 10 s, or 600 calls of [`maintain`](MemoryPool::maintain),
-    /// whichever comes first), so that a spike that recurs finds them and pays no page
-    /// faults. Past the window, half of what is kept goes back per purge delay. A peak that
-    /// returns after use had fallen below half of it stretches the window to twice its
-    /// period (up to 4 times the window set here). `Duration::ZERO` turns the recall off:
-    /// only the retain limit stays resident. O(1).
+    /// Sets the recall window: how long the free pages a *recurring* peak of use needed
+    /// stay resident after it (default 10 s; as many calls of
+    /// [`maintain`](MemoryPool::maintain) as that is frames at 60 a second, 600 for the
+    /// default, also end it, whichever comes first), so that a spike that comes back finds
+    /// them and pays no page faults. A peak recurs when it returns after use had fallen
+    /// below half of it; its window then stretches to twice its period (up to 4 times the
+    /// window set here). A first, one-off peak keeps nothing: its pages go back after the
+    /// purge delay. Past the window, half of what is kept goes back per purge delay.
+    /// `Duration::ZERO` turns the recall off; `Duration::MAX` keeps a recurring peak's
+    /// pages until [`trim`](MemoryPool::trim). O(1).
     ///
     /// ```
     /// use std::time::Duration;
     /// let pool = nebula_memory::MemoryPool::new("doc", 1 << 20).unwrap();
     /// pool.set_purge_delay(Duration::ZERO);
     /// pool.set_retain_limit(0);
-    /// let block = pool.allocate_block(256 * 1024).unwrap();
-    /// // SAFETY: from this pool, not used afterwards.
-    /// unsafe { pool.free_block(block) };
-    /// assert_eq!(pool.maintain(), 0, "the peak's pages stay: a recurrence finds them");
+    /// let peak = |pool: &nebula_memory::MemoryPool| {
+    ///     let block = pool.allocate_block(256 * 1024).unwrap();
+    ///     // SAFETY: from this pool, not used afterwards.
+    ///     unsafe { pool.free_block(block) };
+    /// };
+    /// peak(&pool);
+    /// assert_eq!(pool.maintain(), 0, "a first peak's pages went back at its release");
+    /// peak(&pool);
+    /// assert_eq!(pool.maintain(), 0, "it came back: its pages stay for the next return");
     /// pool.set_recall_window(Duration::ZERO);
     /// assert_eq!(pool.maintain(), 1, "no recall: the free range goes back");
     /// ```

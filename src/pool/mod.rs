@@ -235,8 +235,9 @@ impl MemoryPool {
     /// block.
     ///
     /// # Errors
-    /// [`PoolError::InvalidCapacity`] for a capacity or segment of 0, or a capacity beyond
-    /// `isize::MAX` once rounded up to whole pages (as a reserved region's is).
+    /// [`PoolError::InvalidCapacity`] for a capacity of 0 or beyond `isize::MAX` once
+    /// rounded up to whole pages (as a reserved region's is); [`PoolError::InvalidSegment`]
+    /// for a segment of 0.
     ///
     /// ```
     /// use nebula_memory::MemoryPool;
@@ -253,17 +254,15 @@ impl MemoryPool {
         capacity: usize,
         segment: usize,
     ) -> Result<MemoryPool, PoolError> {
-        let page = crate::vm::page_size();
+        let (page, pool) = (crate::vm::page_size(), name);
         // Whole pages, as a reserved region's capacity is (a tiny one is one page).
         let capacity = match capacity.checked_next_multiple_of(page) {
-            Some(c) if capacity > 0 && segment > 0 && c <= isize::MAX as usize => c,
-            _ => {
-                return Err(PoolError::InvalidCapacity {
-                    pool: name,
-                    capacity,
-                });
-            }
+            Some(c) if capacity > 0 && c <= isize::MAX as usize => c,
+            _ => return Err(PoolError::InvalidCapacity { pool, capacity }),
         };
+        if segment == 0 {
+            return Err(PoolError::InvalidSegment { pool, segment });
+        }
         let step = segment.checked_next_multiple_of(page).unwrap_or(capacity);
         Ok(MemoryPool {
             name,

@@ -74,7 +74,7 @@ pub struct ScratchArenas {
 impl Default for ScratchArenas {
     fn default() -> Self {
         Self::with_config(
-            ArenaConfig::default().first_block(crate::per_thread::SCRATCH_FIRST_BLOCK),
+            ArenaConfig::default().first_block_default(crate::per_thread::SCRATCH_FIRST_BLOCK),
         )
     }
 }
