@@ -82,6 +82,7 @@ pub mod bevy;
 mod block;
 mod deprecated;
 mod error;
+mod fork;
 mod frame_arena;
 mod global;
 mod heap;
