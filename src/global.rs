@@ -5,9 +5,11 @@
 //! [`configure_global_pools`] before any of them exists. Creating a pool only reserves
 //! address space, so the defaults cost almost no memory until used.
 
-use std::sync::OnceLock;
+use std::ptr;
+use std::sync::atomic::AtomicPtr;
+use std::sync::atomic::Ordering::{Acquire, Release};
 
-use parking_lot::Mutex;
+use crate::fork::{Level, Lock};
 
 use crate::error::PoolError;
 use crate::pool::MemoryPool;
@@ -46,17 +48,42 @@ struct Config {
     frozen: Option<&'static str>,
 }
 
-static CONFIG: Mutex<Config> = Mutex::new(Config {
-    sizes: GlobalPoolConfig {
-        engine: 256 << 20,
-        game: 512 << 20,
-        scratch: 64 << 20,
+/// The sizes, and the making of the pools: a pool is made under this lock (not in a
+/// `OnceLock`, which a fork during the making would leave half made in the child).
+static CONFIG: Lock<Config> = Lock::new(
+    Level::Config,
+    Config {
+        sizes: GlobalPoolConfig {
+            engine: 256 << 20,
+            game: 512 << 20,
+            scratch: 64 << 20,
+        },
+        frozen: None,
     },
-    frozen: None,
-});
-static ENGINE: OnceLock<MemoryPool> = OnceLock::new();
-static GAME: OnceLock<MemoryPool> = OnceLock::new();
-static SCRATCH: OnceLock<MemoryPool> = OnceLock::new();
+);
+static ENGINE: AtomicPtr<MemoryPool> = AtomicPtr::new(ptr::null_mut());
+static GAME: AtomicPtr<MemoryPool> = AtomicPtr::new(ptr::null_mut());
+static SCRATCH: AtomicPtr<MemoryPool> = AtomicPtr::new(ptr::null_mut());
+
+/// The pool in `slot`, if made. O(1): one load.
+fn made(slot: &AtomicPtr<MemoryPool>) -> Option<&'static MemoryPool> {
+    // SAFETY: a non-null pointer is a leaked pool published with `Release` by `pool`,
+    // never freed nor written again.
+    unsafe { slot.load(Acquire).as_ref() }
+}
+
+/// The pool in `slot`, made (under `CONFIG`) if it is not yet.
+#[inline]
+fn pool(
+    slot: &'static AtomicPtr<MemoryPool>,
+    name: &'static str,
+    size: fn(&GlobalPoolConfig) -> usize,
+) -> &'static MemoryPool {
+    match made(slot) {
+        Some(p) => p,
+        None => create(slot, name, size),
+    }
+}
 
 /// Sets the sizes of the three global pools. Call it once, early in `main`, before anything
 /// touches a global pool. O(1).
@@ -101,13 +128,23 @@ pub fn global_pool_config() -> GlobalPoolConfig {
     CONFIG.lock().sizes
 }
 
-fn create(name: &'static str, size: fn(&GlobalPoolConfig) -> usize) -> MemoryPool {
+#[cold]
+fn create(
+    slot: &'static AtomicPtr<MemoryPool>,
+    name: &'static str,
+    size: fn(&GlobalPoolConfig) -> usize,
+) -> &'static MemoryPool {
     let mut c = CONFIG.lock();
+    if let Some(p) = made(slot) {
+        return p; // made by another thread meanwhile
+    }
     c.frozen.get_or_insert(name);
     let capacity = size(&c.sizes);
-    drop(c);
-    MemoryPool::new(name, capacity)
-        .unwrap_or_else(|e| panic!("nebula_memory: cannot create the global pool: {e}"))
+    let pool = MemoryPool::new(name, capacity)
+        .unwrap_or_else(|e| panic!("nebula_memory: cannot create the global pool: {e}"));
+    let pool: &'static MemoryPool = Box::leak(Box::new(pool));
+    slot.store(ptr::from_ref(pool).cast_mut(), Release);
+    pool
 }
 
 /// The engine pool ("engine", 256 MiB unless configured), created on first use. O(1).
@@ -119,7 +156,7 @@ fn create(name: &'static str, size: fn(&GlobalPoolConfig) -> usize) -> MemoryPoo
 /// assert_eq!(nebula_memory::engine_pool().name(), "engine");
 /// ```
 pub fn engine_pool() -> &'static MemoryPool {
-    ENGINE.get_or_init(|| create("engine", |c| c.engine))
+    pool(&ENGINE, "engine", |c| c.engine)
 }
 
 /// The game pool ("game", 512 MiB unless configured), created on first use. O(1).
@@ -131,7 +168,7 @@ pub fn engine_pool() -> &'static MemoryPool {
 /// assert_eq!(nebula_memory::game_pool().name(), "game");
 /// ```
 pub fn game_pool() -> &'static MemoryPool {
-    GAME.get_or_init(|| create("game", |c| c.game))
+    pool(&GAME, "game", |c| c.game)
 }
 
 /// The scratch pool ("scratch", 64 MiB unless configured), created on first use. Frame
@@ -144,7 +181,7 @@ pub fn game_pool() -> &'static MemoryPool {
 /// assert_eq!(nebula_memory::scratch_pool().name(), "scratch");
 /// ```
 pub fn scratch_pool() -> &'static MemoryPool {
-    SCRATCH.get_or_init(|| create("scratch", |c| c.scratch))
+    pool(&SCRATCH, "scratch", |c| c.scratch)
 }
 
 /// Runs [`MemoryPool::maintain`] on each global pool that exists; the second half of
@@ -159,5 +196,5 @@ pub(crate) fn maintain_pools() -> usize {
 
 /// The engine, game and scratch pools, those created so far (without creating any).
 pub(crate) fn created_pools() -> [Option<&'static MemoryPool>; 3] {
-    [ENGINE.get(), GAME.get(), SCRATCH.get()]
+    [made(&ENGINE), made(&GAME), made(&SCRATCH)]
 }

@@ -69,6 +69,14 @@
 //! With Bevy, add `nebula_memory::bevy::MemoryPlugin` and take a `Scratch` parameter in
 //! your systems; see the `nebula_memory::bevy` module. `ARCHITECTURE.md` describes the
 //! layers and their invariants.
+//!
+//! ## `fork()`
+//!
+//! On unix the crate takes its process-wide locks (the pools', the ledger's, the scratch
+//! stacks') around `fork()` with `pthread_atfork` handlers, so a child of a multi-threaded
+//! process can use the ledger, the pools, scratch memory and the heap tracker. An arena
+//! (or a `GameArena` guard) another thread was using at the fork is that thread's, as a
+//! mutex of the program's would be: the child cannot use it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
@@ -82,6 +90,7 @@ pub mod bevy;
 mod block;
 mod deprecated;
 mod error;
+mod fork;
 mod frame_arena;
 mod global;
 mod heap;

@@ -82,10 +82,19 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 /// The granularity of commit and decommit, a power of two.
+/// Racing first callers each ask the OS (the same answer); not a `OnceLock`, whose making
+/// by another thread at a `fork` would stay under way in the child for ever.
 pub(crate) fn page_size() -> usize {
-    use std::sync::OnceLock;
-    static PAGE: OnceLock<usize> = OnceLock::new();
-    *PAGE.get_or_init(os::page_size)
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    static PAGE: AtomicUsize = AtomicUsize::new(0);
+    match PAGE.load(Relaxed) {
+        0 => {
+            let page = os::page_size();
+            PAGE.store(page, Relaxed);
+            page
+        }
+        page => page,
+    }
 }
 
 impl Region {

@@ -6,9 +6,9 @@ use std::io::{self, BufWriter, Write};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
+use crate::fork::{Level, Lock};
 use bevy_diagnostic::{Diagnostic, DiagnosticPath, DiagnosticsStore};
 use bevy_ecs::prelude::*;
-use parking_lot::Mutex;
 
 use crate::ledger::{self, LedgerSnapshot};
 
@@ -77,7 +77,7 @@ struct TagDiagnostics {
 /// Leaked once per process and tag: every `MemoryLedger` (an app made again and again)
 /// reuses them.
 fn tag_diagnostics(tag: &'static str) -> TagDiagnostics {
-    static MADE: Mutex<Vec<TagDiagnostics>> = Mutex::new(Vec::new());
+    static MADE: Lock<Vec<TagDiagnostics>> = Lock::new(Level::Diagnostics, Vec::new());
     let mut made = MADE.lock();
     if let Some(d) = made.iter().find(|d| d.tag == tag) {
         return d.clone();

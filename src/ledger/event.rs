@@ -7,7 +7,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 
-use parking_lot::Mutex;
+use crate::fork::{Level, Lock};
 
 /// Something the ledger saw: see [`record_events`](super::record_events).
 #[non_exhaustive]
@@ -69,7 +69,7 @@ static FRAME_MARKS: AtomicBool = AtomicBool::new(false);
 
 /// Serializes the updates of `ANY`: each computes it from both switches after storing its
 /// own, so the last one to run sees both and no update can leave a stale `false` behind.
-static UPDATING: Mutex<()> = Mutex::new(());
+static UPDATING: Lock<()> = Lock::new(Level::Switches, ());
 
 fn set(switch: &AtomicBool, on: bool) {
     let _serial = UPDATING.lock();

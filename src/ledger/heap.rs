@@ -1,7 +1,23 @@
 //! Heap scopes: which tag the calling thread's heap allocations are charged to (with a
 //! [`TrackingAllocator`](crate::TrackingAllocator) as the global allocator), and the
 //! untagged line.
+//!
+//! **Scopes end in any order.** Each thread keeps a stack of the scopes it entered
+//! ([`Scopes`]); a guard holds its entry's place. Dropping the innermost guard pops its
+//! entry and every entry beneath it whose guard was dropped already; dropping another one
+//! only marks its entry ended. So the top entry is always open, and the thread is always
+//! in the innermost scope still open (untagged when none is), whatever order guards are
+//! dropped in: restoring "the tag before me" would leave a thread charged to a scope that
+//! ended (two Bevy batches on one worker, dropped in the order they were made, did).
+//!
+//! The stack is a `const` thread-local without a destructor, as the heap counters' state
+//! is (`heap::counters`): guards may be dropped during the thread's teardown, and nothing
+//! here allocates. It holds [`DEPTH`] entries: a scope entered while that many are on the
+//! stack (open ones, and ended ones under an open one) changes nothing, so its allocations
+//! are charged to the innermost scope on the stack. A guard leaked with `mem::forget`
+//! leaves its scope open, and its entry on the stack, for the rest of the thread.
 
+use std::cell::Cell;
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -10,7 +26,10 @@ use super::snapshot::TagFigures;
 use crate::heap::counters::{self, UNTAGGED};
 
 /// Charges the calling thread's heap allocations to `tag` until the returned guard is
-/// dropped (then the tag that was current before is again). Scopes nest; a free is always
+/// dropped. Scopes nest, and end in any order: the thread is always in the innermost
+/// scope still open (untagged outside every scope), so dropping an outer guard before an
+/// inner one ends the outer scope without leaving the inner one. Up to 64 scopes deep per
+/// thread; a scope entered deeper changes nothing. A free is always
 /// credited to the tag its allocation was made under, on whichever thread and in whatever
 /// scope. Needs a [`TrackingAllocator`](crate::TrackingAllocator) as the global allocator
 /// to count anything. O(tags) (the tag is looked up; made on first use).
@@ -32,6 +51,15 @@ use crate::heap::counters::{self, UNTAGGED};
 /// }
 /// // ... and here to doc/scope/ai again
 /// drop(outer);
+///
+/// // Out of order: `b` stays current until it ends, then nothing is.
+/// let a = ledger::scope("doc/scope/a");
+/// let b = ledger::scope("doc/scope/b");
+/// let in_b = ledger::current_scope();
+/// drop(a);
+/// assert_eq!(ledger::current_scope(), in_b);
+/// drop(b);
+/// assert_ne!(ledger::current_scope(), in_b);
 /// ```
 #[track_caller]
 pub fn scope(tag: &'static str) -> TagScope {
@@ -39,8 +67,8 @@ pub fn scope(tag: &'static str) -> TagScope {
     TagScope::enter_id(node(tag).heap_id)
 }
 
-/// A heap scope's guard, from [`scope`]: dropping it makes the tag that was current before
-/// current again.
+/// A heap scope's guard, from [`scope`] or [`HeapScope::enter`]: dropping it ends the
+/// scope, and the thread is in the innermost scope still open (see [`scope`]).
 ///
 /// ```compile_fail
 /// // A scope belongs to the thread that entered it.
@@ -49,23 +77,91 @@ pub fn scope(tag: &'static str) -> TagScope {
 /// ```
 #[must_use = "the scope ends when the guard is dropped"]
 pub struct TagScope {
-    previous: u16,
+    /// Its entry's place in the thread's stack; `INERT` if the stack was full.
+    at: u32,
     _not_send: PhantomData<*const ()>,
 }
 
+/// Open scopes (and ended ones under them) a thread's stack holds; see the module docs.
+pub(crate) const DEPTH: usize = 64;
+/// An entry whose guard was dropped (the entry's low 16 bits are its tag's heap id).
+const ENDED: u32 = 1 << 16;
+/// A guard with no entry: entered on a full stack.
+const INERT: u32 = u32::MAX;
+
+/// One thread's heap scopes: `entries[..len]`, oldest first; the top one is open.
+struct Scopes {
+    len: Cell<usize>,
+    entries: [Cell<u32>; DEPTH],
+}
+
+thread_local! {
+    /// `const` and without a destructor: usable until the thread's very end, never
+    /// allocating.
+    static SCOPES: Scopes = const {
+        Scopes {
+            len: Cell::new(0),
+            entries: [const { Cell::new(0) }; DEPTH],
+        }
+    };
+}
+
 impl TagScope {
-    /// Enters the scope of a tag's heap id (a tag looked up beforehand).
+    /// Enters the scope of a tag's heap id (a tag looked up beforehand). O(1).
     pub(crate) fn enter_id(id: u16) -> TagScope {
+        let at = SCOPES.with(|s| {
+            let len = s.len.get();
+            let Some(entry) = s.entries.get(len) else {
+                return INERT; // full: the thread stays in the innermost scope
+            };
+            entry.set(u32::from(id));
+            s.len.set(len + 1);
+            counters::set_tag(id);
+            len as u32
+        });
         TagScope {
-            previous: counters::set_tag(id),
+            at,
             _not_send: PhantomData,
         }
     }
 }
 
 impl Drop for TagScope {
+    /// O(1), and O(entries ended beneath) when it pops them.
     fn drop(&mut self) {
-        counters::set_tag(self.previous);
+        if self.at == INERT {
+            return; // entered on a full stack: it changed nothing
+        }
+        let at = self.at as usize; // below `DEPTH`
+        SCOPES.with(|s| {
+            // A live guard's entry is on the stack (entries are popped only once their
+            // guards are gone, and the guard is not `Send`): `at < len`.
+            let len = s.len.get();
+            debug_assert!(
+                at < len,
+                "a heap scope's entry left the stack before its guard"
+            );
+            if at.saturating_add(1) < len {
+                // Not the innermost: the open top stays current; popped later.
+                if let Some(e) = s.entries.get(at) {
+                    e.set(e.get() | ENDED);
+                }
+                return;
+            }
+            let mut top = at;
+            while let Some(below) = top.checked_sub(1)
+                && s.entries[below].get() & ENDED != 0
+            {
+                top = below;
+            }
+            s.len.set(top);
+            let current = match top.checked_sub(1) {
+                // An open entry: its tag, the low 16 bits.
+                Some(i) => s.entries[i].get() as u16,
+                None => UNTAGGED,
+            };
+            counters::set_tag(current);
+        });
     }
 }
 
@@ -107,7 +203,7 @@ pub fn current_scope() -> HeapScope {
 
 impl HeapScope {
     /// Charges the calling thread's heap allocations to this scope's tag until the guard
-    /// is dropped, like [`scope`]. O(1).
+    /// is dropped, like [`scope`] (guards end in any order). O(1).
     pub fn enter(self) -> TagScope {
         TagScope::enter_id(self.id)
     }

@@ -24,7 +24,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
+use crate::fork::{Level, Lock};
 
 use super::growth::Growth;
 use crate::error::AllocError;
@@ -78,7 +78,7 @@ pub(crate) struct TagNode {
     /// A crossing of `warn` waits to be reported (after the arena's lock is released).
     warn_pending: AtomicBool,
     /// The arenas charging to exactly this tag, for `used`.
-    arenas: Mutex<Vec<Weak<UsedSlot>>>,
+    arenas: Lock<Vec<Weak<UsedSlot>>>,
     /// This tag's id in the heap counters (`heap::counters`); 0 once the table is full.
     pub(crate) heap_id: u16,
     /// Heap bytes live under this tag and its children at the last snapshot: the heap's
@@ -99,7 +99,7 @@ pub(crate) struct TagNode {
 
 /// Every tag so far. Tags are few and looked up only when an arena is made or a budget
 /// set, so a list is enough.
-static REGISTRY: Mutex<Vec<&'static TagNode>> = Mutex::new(Vec::new());
+static REGISTRY: Lock<Vec<&'static TagNode>> = Lock::new(Level::Tags, Vec::new());
 
 /// A crossing of some warn budget waits to be reported.
 static ANY_WARN_PENDING: AtomicBool = AtomicBool::new(false);
@@ -157,7 +157,7 @@ fn intern(registry: &mut Vec<&'static TagNode>, path: &'static str) -> &'static 
         limit: AtomicUsize::new(NONE),
         over_warn: AtomicBool::new(false),
         warn_pending: AtomicBool::new(false),
-        arenas: Mutex::new(Vec::new()),
+        arenas: Lock::new(Level::TagArenas, Vec::new()),
         heap_id: crate::heap::counters::new_tag_id(),
         heap_seen: AtomicUsize::new(0),
         heap_peak: AtomicUsize::new(0),
@@ -328,7 +328,7 @@ impl TagNode {
     }
 
     /// Registers an arena that charges to this tag; its slot carries what it publishes.
-    pub(crate) fn register_arena(&self) -> Arc<UsedSlot> {
+    pub(crate) fn register_arena(&'static self) -> Arc<UsedSlot> {
         let slot = Arc::new(UsedSlot::default());
         let mut arenas = self.arenas.lock();
         arenas.retain(|w| w.strong_count() > 0);
@@ -440,7 +440,7 @@ impl TagNode {
     }
 
     /// The bytes used by the arenas charging to exactly this tag (not its children's).
-    pub(crate) fn own_used(&self) -> usize {
+    pub(crate) fn own_used(&'static self) -> usize {
         self.arenas
             .lock()
             .iter()

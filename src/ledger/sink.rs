@@ -6,11 +6,10 @@
 //! ([`record_events`], [`take_recorded_events`]), and with the `tracy` feature the Tracy
 //! client (`tracy`). Nothing is sent when neither is on: one relaxed load per block.
 
-use parking_lot::Mutex;
-
 use super::event::{LedgerEvent, any_on, recording, set_recording};
+use crate::fork::{Level, Lock};
 
-static RECORDED: Mutex<Vec<LedgerEvent>> = Mutex::new(Vec::new());
+static RECORDED: Lock<Vec<LedgerEvent>> = Lock::new(Level::Recorded, Vec::new());
 
 /// Starts (`true`) or stops recording the ledger's events in memory, for tests and tools
 /// that check what a profiler would be sent; [`take_recorded_events`] reads them back.

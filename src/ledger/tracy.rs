@@ -21,10 +21,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Mutex, RwLock};
 use tracy_client::{Client, PlotConfiguration, PlotFormat, PlotName};
 
 use super::event::{LedgerEvent, set_frame_marks, set_tracy};
+use crate::fork::{Level, Lock, RwLockStatic};
 
 /// Where the receiver is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,10 +45,13 @@ struct State {
 
 /// The receiver's switch. Events are handed to Tracy under the read lock; every change of
 /// `receiver` takes the write lock, so it waits for events in flight and none starts after.
-static STATE: RwLock<State> = RwLock::new(State {
-    receiver: Receiver::Off,
-    started_on: None,
-});
+static STATE: RwLockStatic<State> = RwLockStatic::new(
+    Level::Tracy,
+    State {
+        receiver: Receiver::Off,
+        started_on: None,
+    },
+);
 /// Events handed to the Tracy client so far.
 static SENT: AtomicU64 = AtomicU64::new(0);
 
@@ -63,7 +66,7 @@ struct Names {
     heap: Option<PlotName>,
 }
 
-static NAMES: Mutex<Option<HashMap<&'static str, Names>>> = Mutex::new(None);
+static NAMES: Lock<Option<HashMap<&'static str, Names>>> = Lock::new(Level::TracyNames, None);
 
 /// One of `guards` guards is gone: the receiver stays on for the rest, or turns off.
 fn count_off(state: &mut State, guards: usize) {

@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
+use crate::fork::{BoxedLock, Level};
 
 use super::slot::{NOT_RECLAIMED, SCRATCH_IDLE_PASSES, Slot, trim_if_oversized};
 use crate::arena::ArenaConfig;
@@ -41,9 +41,9 @@ pub(crate) struct ScratchOwner {
 
 enum Arenas {
     /// In the threads' stacks; weakly here, for the figures (a thread's exit frees them).
-    PerThread(Mutex<Vec<Weak<Slot>>>),
+    PerThread(BoxedLock<Vec<Weak<Slot>>>),
     /// Here, for any thread to claim.
-    Shared(Mutex<Vec<Arc<Slot>>>),
+    Shared(BoxedLock<Vec<Arc<Slot>>>),
 }
 
 /// The figures of one owner's arenas, from [`ScratchOwner::figures`].
@@ -74,12 +74,18 @@ impl ScratchOwner {
 
     /// An owner whose arenas live in the threads' stacks (`with_scratch`).
     pub(crate) fn per_thread(config: ArenaConfig) -> Arc<ScratchOwner> {
-        Self::with(config, Arenas::PerThread(Mutex::new(Vec::new())))
+        Self::with(
+            config,
+            Arenas::PerThread(BoxedLock::new(Level::Owners, Vec::new())),
+        )
     }
 
     /// An owner that holds its arenas itself, for any thread to claim (a Bevy resource).
     pub(crate) fn shared(config: ArenaConfig) -> Arc<ScratchOwner> {
-        Self::with(config, Arenas::Shared(Mutex::new(Vec::new())))
+        Self::with(
+            config,
+            Arenas::Shared(BoxedLock::new(Level::Owners, Vec::new())),
+        )
     }
 
     /// The config the owner's arenas follow.

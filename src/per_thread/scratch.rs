@@ -34,13 +34,12 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, LazyLock, Weak};
-
-use parking_lot::Mutex;
+use std::sync::{Arc, Weak};
 
 use super::owner::ScratchOwner;
 use super::slot::{NOT_RECLAIMED, SCRATCH_IDLE_PASSES, Slot, slot_ptr, trim_if_oversized};
 use crate::arena::{ArenaConfig, MemoryArena};
+use crate::fork::{BoxedLock, Global, Level, Lock};
 use crate::global::scratch_pool;
 use crate::ledger::{HeapScope, TagScope};
 
@@ -48,13 +47,16 @@ use crate::ledger::{HeapScope, TagScope};
 static PASSES: AtomicU64 = AtomicU64::new(0);
 
 /// The `with_scratch` owner.
-static WITH_SCRATCH: LazyLock<Arc<ScratchOwner>> = LazyLock::new(|| {
-    ScratchOwner::per_thread(
-        ArenaConfig::default()
-            .first_block_default(SCRATCH_FIRST_BLOCK)
-            .tag(crate::ledger::tags::WITH_SCRATCH),
-    )
-});
+fn with_scratch_owner() -> &'static Arc<ScratchOwner> {
+    static OWNER: Global<Arc<ScratchOwner>> = Global::new();
+    OWNER.get_or_init(|| {
+        ScratchOwner::per_thread(
+            ArenaConfig::default()
+                .first_block_default(SCRATCH_FIRST_BLOCK)
+                .tag(crate::ledger::tags::WITH_SCRATCH),
+        )
+    })
+}
 
 /// The first block of the crate's scratch arenas (`with_scratch`, the Bevy `Scratch` and
 /// `TaggedScratch` parameters and `FrameMemory` by default): 4 KiB, the block granule.
@@ -67,7 +69,7 @@ pub const SCRATCH_FIRST_BLOCK: usize = 4 * 1024;
 /// One thread's scratch arenas. The lock is the owner thread's on every claim
 /// (uncontended) and a maintaining thread's while it trims.
 struct Stack {
-    slots: Mutex<Vec<StackSlot>>,
+    slots: BoxedLock<Vec<StackSlot>>,
 }
 
 /// A slot of a thread's stack, and its owner, to notice it is gone (then the slot is
@@ -78,7 +80,7 @@ struct StackSlot {
 }
 
 /// Every live thread's stack, for trimming.
-static STACKS: Mutex<Vec<Arc<Stack>>> = Mutex::new(Vec::new());
+static STACKS: Lock<Vec<Arc<Stack>>> = Lock::new(Level::Stacks, Vec::new());
 
 /// A thread's stack, taken out of `STACKS` when the thread exits (then its arenas go back
 /// to the pool; no scope can be alive on an exiting thread's stack).
@@ -106,13 +108,13 @@ pub(crate) fn claim(owner: &Arc<ScratchOwner>) -> Option<NonNull<Slot>> {
             let stack = &cell
                 .get_or_init(|| {
                     let stack = Arc::new(Stack {
-                        slots: Mutex::new(Vec::new()),
+                        slots: BoxedLock::new(Level::Stack, Vec::new()),
                     });
                     STACKS.lock().push(Arc::clone(&stack));
                     Registered(stack)
                 })
                 .0;
-            if Arc::ptr_eq(owner, &WITH_SCRATCH) {
+            if Arc::ptr_eq(owner, with_scratch_owner()) {
                 let last = LAST_FREED.with(Cell::get);
                 // SAFETY: a slot of this thread's stack (only `with_scratch` slots are
                 // recorded), which is alive: we are inside `STACK.try_with`.
@@ -278,7 +280,7 @@ pub fn with_scratch<R>(f: impl FnOnce(&MemoryArena<'static>) -> R) -> R {
             note_freed(self.0);
         }
     }
-    match claim(&WITH_SCRATCH) {
+    match claim(with_scratch_owner()) {
         Some(slot) => {
             let exit = Exit(slot);
             // SAFETY: the slot is busy for this scope alone until `exit` frees it, and it
@@ -342,7 +344,7 @@ enum BatchArena {
 /// its own instead (a `MemoryArena` on the scratch pool, in a heap box), given back when
 /// the batch is dropped.
 pub fn scratch_batch() -> ScratchBatch {
-    batch_of(&WITH_SCRATCH)
+    batch_of(with_scratch_owner())
 }
 
 /// A [`ScratchBatch`] on an arena of `owner` (`with_scratch`'s, or a Bevy `Scratch` or
@@ -364,7 +366,7 @@ pub(crate) fn batch_in(owner: &Arc<ScratchOwner>, scope: Option<HeapScope>) -> S
     ScratchBatch {
         arena,
         peak: 0,
-        with_scratch: Arc::ptr_eq(owner, &WITH_SCRATCH),
+        with_scratch: Arc::ptr_eq(owner, with_scratch_owner()),
         _scope: scope.map(HeapScope::enter),
         _not_send: PhantomData,
     }
@@ -432,6 +434,6 @@ pub struct ScratchStats {
 /// assert!(stats.arenas >= 1 && stats.bytes_held > 0);
 /// ```
 pub fn with_scratch_stats() -> ScratchStats {
-    let (arenas, bytes_held) = WITH_SCRATCH.held();
+    let (arenas, bytes_held) = with_scratch_owner().held();
     ScratchStats { arenas, bytes_held }
 }

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 
-use parking_lot::Mutex;
+use crate::fork::{Level, Lock};
 
 use crate::arena::{ArenaConfig, MemoryArena, Reports};
 use crate::frame_arena::FrameArenaStats;
@@ -231,7 +231,7 @@ impl ThreadArena {
 }
 
 /// Every live thread arena.
-static REGISTRY: Mutex<Vec<Arc<ThreadArena>>> = Mutex::new(Vec::new());
+static REGISTRY: Lock<Vec<Arc<ThreadArena>>> = Lock::new(Level::ThreadArenas, Vec::new());
 
 /// A thread's arena, taken out of the registry when the thread exits (then the last `Arc`
 /// goes and the block returns to the pool).

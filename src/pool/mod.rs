@@ -45,12 +45,11 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU32, AtomicUsize};
 
-use parking_lot::Mutex;
-
 use crate::block::{
     BLOCK_ALIGN, DIRTY, HEADER, MAGIC_FREE, MAGIC_USED, MIN_BLOCK, MemoryBlock, PREV_FREE, Word,
 };
 use crate::error::PoolError;
+use crate::fork::{BoxedLock, Level, LockGuard};
 use crate::poison;
 use crate::vm::Region;
 
@@ -93,7 +92,8 @@ use tlsf::Tlsf;
 pub struct MemoryPool {
     name: &'static str,
     space: Space,
-    state: Mutex<Box<State>>,
+    /// Boxed and registered, so that it is taken around `fork` (see `crate::fork`).
+    state: BoxedLock<State>,
     /// Bytes of this pool's blocks that tagged arenas hold now (charged to a ledger tag):
     /// what the ledger subtracts from `in_use` for the untagged rest.
     charged: AtomicUsize,
@@ -119,15 +119,15 @@ struct State {
 }
 
 impl State {
-    fn new(capacity: usize) -> Box<State> {
-        Box::new(State {
+    fn new(capacity: usize) -> State {
+        State {
             index: Tlsf::new(),
             counters: Counters::default(),
             purge: Purge::new(capacity),
             quarantine: Quarantine::new(),
             segments: Vec::new(),
             spanned: 0,
-        })
+        }
     }
 }
 
@@ -218,7 +218,7 @@ impl MemoryPool {
         Ok(MemoryPool {
             name,
             space: Space::Reserved(region),
-            state: Mutex::new(state),
+            state: BoxedLock::new(Level::Pools, state),
             charged: AtomicUsize::new(0),
         })
     }
@@ -267,7 +267,7 @@ impl MemoryPool {
         Ok(MemoryPool {
             name,
             space: Space::Segmented { capacity, step },
-            state: Mutex::new(State::new(capacity)),
+            state: BoxedLock::new(Level::Pools, State::new(capacity)),
             charged: AtomicUsize::new(0),
         })
     }
@@ -397,7 +397,7 @@ impl MemoryPool {
     #[cold]
     fn refuse(
         &self,
-        mut st: parking_lot::MutexGuard<'_, Box<State>>,
+        mut st: LockGuard<'_, State>,
         requested: usize,
         refusal: Refusal,
     ) -> PoolError {

@@ -15,12 +15,12 @@
 use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ops::Deref;
-use std::sync::OnceLock;
 
 use parking_lot::{RwLock, RwLockReadGuard};
 
 use super::SharedArena;
 use crate::arena::{ArenaConfig, ArenaStats};
+use crate::fork::Global;
 use crate::global::{engine_pool, game_pool};
 use crate::ledger::tags;
 
@@ -34,7 +34,7 @@ use crate::ledger::tags;
 /// assert_eq!(name, "main window");
 /// ```
 pub fn engine_arena() -> &'static SharedArena<'static> {
-    static ENGINE: OnceLock<SharedArena<'static>> = OnceLock::new();
+    static ENGINE: Global<SharedArena<'static>> = Global::new();
     ENGINE.get_or_init(|| {
         SharedArena::with_config(engine_pool(), ArenaConfig::default().tag(tags::ENGINE))
     })
@@ -55,7 +55,7 @@ pub fn engine_arena() -> &'static SharedArena<'static> {
 /// level.wait_and_reset(); // next level
 /// ```
 pub fn game_arena() -> &'static GameArena {
-    static GAME: OnceLock<GameArena> = OnceLock::new();
+    static GAME: Global<GameArena> = Global::new();
     GAME.get_or_init(|| GameArena {
         arena: RwLock::new(SharedArena::with_config(
             game_pool(),
