@@ -84,13 +84,13 @@ mod sink;
 mod snapshot;
 #[cfg(feature = "tracy")]
 mod tracy;
+mod warnings;
 
 pub use event::LedgerEvent;
-pub(crate) use node::{
-    TagNode, UsedSlot, check_tag, emit_pending_warnings, node, warnings_pending,
-};
+pub(crate) use node::{TagNode, UsedSlot, check_tag, node};
 pub(crate) use sink::send;
 pub use sink::{record_events, take_recorded_events};
+pub(crate) use warnings::{emit_pending_warnings, warnings_pending};
 
 /// The heap id of `tag` (made on first use, its spelling leaked only then), for code that
 /// enters its scope often.
@@ -130,7 +130,10 @@ pub mod tags {
 }
 
 /// A budget for a tag, in bytes held (pool blocks and heap-fallback blocks, the tag's
-/// children included): see [`set_budget`].
+/// children included), plus, with a [`TrackingAllocator`](crate::TrackingAllocator), its
+/// heap bytes at their peak within the frame (`TagFigures::heap_frame_peak`, read at each
+/// snapshot: once a frame with the Bevy plugin), so a spike allocated and freed inside one
+/// frame crosses it too: see [`set_budget`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Budget {
     /// One `tracing` WARN when the tag's holdings rise above this, again only after they

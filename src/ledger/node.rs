@@ -65,25 +65,28 @@ pub(crate) struct TagNode {
     /// `held + heap_held`, kept in one atomic so that a hard budget is checked with one
     /// read-modify-write: two charges (of either kind, on any threads) cannot both see room
     /// for one.
-    total: AtomicUsize,
+    pub(super) total: AtomicUsize,
     blocks_taken: AtomicU64,
     blocks_returned: AtomicU64,
     heap_fallbacks: AtomicU64,
     /// Budgets in bytes held (pool and heap blocks); `NONE` if unset.
-    warn: AtomicUsize,
-    limit: AtomicUsize,
+    pub(super) warn: AtomicUsize,
+    pub(super) limit: AtomicUsize,
     /// `held` is above `warn` and the crossing was reported (or is about to be): no second
     /// WARN until it fell back to `warn` or below.
     over_warn: AtomicBool,
     /// A crossing of `warn` waits to be reported (after the arena's lock is released).
-    warn_pending: AtomicBool,
+    pub(super) warn_pending: AtomicBool,
     /// The arenas charging to exactly this tag, for `used`.
     arenas: Lock<Vec<Weak<UsedSlot>>>,
     /// This tag's id in the heap counters (`heap::counters`); 0 once the table is full.
     pub(crate) heap_id: u16,
     /// Heap bytes live under this tag and its children at the last snapshot: the heap's
     /// part of the budgets (the heap is counted per thread and summed at snapshots).
-    heap_seen: AtomicUsize,
+    pub(super) heap_seen: AtomicUsize,
+    /// The frame's peak of heap bytes under this tag and its children at the last snapshot
+    /// (`TagFigures::heap_frame_peak`): what the budgets' crossings are judged on.
+    pub(super) heap_frame_seen: AtomicUsize,
     /// The most heap bytes live under this tag and its children ever: the largest of the
     /// frames' highs (an upper bound, see `TagFigures::heap_frame_peak`).
     heap_peak: AtomicUsize,
@@ -94,7 +97,7 @@ pub(crate) struct TagNode {
     /// Arena and heap bytes together are above `limit` and that was reported: the heap
     /// cannot be refused, only told about.
     over_limit: AtomicBool,
-    limit_pending: AtomicBool,
+    pub(super) limit_pending: AtomicBool,
 }
 
 /// Every tag so far. Tags are few and looked up only when an arena is made or a budget
@@ -102,7 +105,7 @@ pub(crate) struct TagNode {
 static REGISTRY: Lock<Vec<&'static TagNode>> = Lock::new(Level::Tags, Vec::new());
 
 /// A crossing of some warn budget waits to be reported.
-static ANY_WARN_PENDING: AtomicBool = AtomicBool::new(false);
+pub(super) static ANY_WARN_PENDING: AtomicBool = AtomicBool::new(false);
 
 /// Checks that `tag` is a `/`-separated path of non-empty segments; the panic names the
 /// caller's field.
@@ -160,6 +163,7 @@ fn intern(registry: &mut Vec<&'static TagNode>, path: &'static str) -> &'static 
         arenas: Lock::new(Level::TagArenas, Vec::new()),
         heap_id: crate::heap::counters::new_tag_id(),
         heap_seen: AtomicUsize::new(0),
+        heap_frame_seen: AtomicUsize::new(0),
         heap_peak: AtomicUsize::new(0),
         heap_base: FrameBase::new(),
         growth: Growth::new(),
@@ -458,15 +462,19 @@ impl TagNode {
     }
 
     /// Records the heap bytes a snapshot found under this tag (its children's included),
-    /// live now and the most this frame: the peak ever, and the heap's part of the budgets,
-    /// whose crossings are checked here (a crossing waits to be reported, like an arena's).
+    /// live now and the most this frame: the peak ever, and the heap's part of the budgets.
+    /// Their crossings are checked here on the frame's peak, so that a spike that comes and
+    /// goes within a frame crosses too (a crossing waits to be reported, like an arena's);
+    /// the bytes live now are what an arena's next block is judged with.
     pub(crate) fn see_heap(&self, live: usize, frame_peak: usize) -> usize {
+        let frame_peak = frame_peak.max(live);
         self.heap_seen.store(live, Relaxed);
+        self.heap_frame_seen.store(frame_peak, Relaxed);
         let peak = self
             .heap_peak
             .fetch_max(frame_peak, Relaxed)
             .max(frame_peak);
-        let total = self.total.load(Relaxed).saturating_add(live);
+        let total = self.total.load(Relaxed).saturating_add(frame_peak);
         if total > self.warn.load(Relaxed) {
             if !self.over_warn.swap(true, Relaxed) {
                 self.warn_pending.store(true, Relaxed);
@@ -495,74 +503,6 @@ impl TagNode {
         }
         self.growth.rising()
     }
-}
-
-/// Whether a crossing of some warn budget waits to be reported. O(1).
-#[inline]
-pub(crate) fn warnings_pending() -> bool {
-    ANY_WARN_PENDING.load(Relaxed)
-}
-
-/// Emits one `tracing` WARN for each tag whose warn budget was crossed since the last call.
-/// Runs user code (subscribers): call it only where no operation of the crate is half
-/// done, with no lock of the crate held. O(1) when nothing is
-/// pending, O(tags) otherwise.
-pub(crate) fn emit_pending_warnings() {
-    if !ANY_WARN_PENDING.swap(false, Relaxed) {
-        return;
-    }
-    // A subscriber that panics leaves the tags after its own untold: raise the flag again
-    // on the way out, so the next call tells them.
-    struct ToldAll(bool);
-    impl Drop for ToldAll {
-        fn drop(&mut self) {
-            if !self.0 {
-                ANY_WARN_PENDING.store(true, Relaxed);
-            }
-        }
-    }
-    let mut told = ToldAll(false);
-    for n in all_nodes() {
-        let heap = n.heap_seen.load(Relaxed);
-        let held = n.total.load(Relaxed).saturating_add(heap);
-        let tag = n.path;
-        if n.warn_pending.swap(false, Relaxed) {
-            let budget = n.warn.load(Relaxed);
-            tracing::warn!(
-                tag,
-                held,
-                heap,
-                budget,
-                "memory tag '{tag}' holds {held} bytes ({heap} of them heap), over its warn \
-                 budget of {budget} bytes"
-            );
-        }
-        if let Some((windows, frames, from, to)) = n.growth.take_pending() {
-            tracing::warn!(
-                tag,
-                heap,
-                windows,
-                frames,
-                "memory tag '{tag}': its live heap rose in each of the last {windows} windows \
-                 of {frames} frames without coming back (lowest {from} bytes, then {to}): a \
-                 leak, or a cache with no bound?"
-            );
-        }
-        if n.limit_pending.swap(false, Relaxed) {
-            let budget = n.limit.load(Relaxed);
-            tracing::warn!(
-                tag,
-                held,
-                heap,
-                budget,
-                "memory tag '{tag}' holds {held} bytes ({heap} of them heap), over its hard \
-                 limit of {budget} bytes: heap allocations are never refused (a global \
-                 allocator that refuses aborts the program); its arenas' blocks are, until \
-                 it is back under the limit"
-            );
-        }
-    }
-    told.0 = true;
 }
 
 #[cfg(test)]
