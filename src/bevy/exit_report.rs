@@ -1,7 +1,9 @@
 //! The ledger when the app exits: `App::run` takes the app, so a program that only calls
 //! `run` cannot read [`MemoryLedger`] afterwards. With `MemoryPlugin::exit_report` set,
 //! the frame in which an [`AppExit`] is sent ends by writing the ledger's table (the same
-//! as `println!("{}", **ledger)`) where the app asked.
+//! as `println!("{}", **ledger)`) where the app asked, then its warnings (lines rising,
+//! over a budget, or that crossed one: `LedgerSnapshot::warnings`), which a headless app
+//! with no `tracing` subscriber sees nowhere else.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -51,11 +53,15 @@ pub(crate) fn report_on_exit(world: &mut World) {
     if !exiting {
         return;
     }
-    let table = format!(
-        "nebula_memory ledger at exit (frame {}):\n{}",
+    let mut table = format!(
+        "nebula_memory ledger at exit (frame {}):\n{}\n",
         ledger.frame(),
         **ledger
     );
+    let warnings = ledger.warnings();
+    if !warnings.is_empty() {
+        table.push_str(&format!("\nwarnings:\n{warnings}"));
+    }
     if let ExitReport::File(path) = report {
         if let Err(e) = std::fs::write(path, table) {
             tracing::warn!(

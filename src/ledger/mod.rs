@@ -82,6 +82,7 @@ mod heap;
 mod node;
 mod sink;
 mod snapshot;
+mod table;
 #[cfg(feature = "tracy")]
 mod tracy;
 mod warnings;
@@ -105,6 +106,7 @@ pub use heap::{
     set_heap_tracking,
 };
 pub use snapshot::{LedgerSnapshot, TagFigures};
+pub use table::{FullTable, Warnings};
 #[cfg(feature = "tracy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tracy")))]
 pub use tracy::{TracyEnd, TracyGuard, enable_tracy, tracy_events_sent};
@@ -263,6 +265,7 @@ fn fill(snap: &mut LedgerSnapshot, frame_end: bool) {
                 heap_alloc_bytes: sum.heap_alloc_bytes,
                 heap_free_bytes: sum.heap_free_bytes,
                 heap_rising_windows: rising,
+                budget_crossings: n.crossings(),
             };
             snap.rows.push(snapshot::Row {
                 tag: n.path,

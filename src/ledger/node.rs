@@ -98,6 +98,8 @@ pub(crate) struct TagNode {
     /// cannot be refused, only told about.
     over_limit: AtomicBool,
     pub(super) limit_pending: AtomicBool,
+    /// Crossings of the warn budget or the limit, ever.
+    crossings: AtomicU64,
 }
 
 /// Every tag so far. Tags are few and looked up only when an arena is made or a budget
@@ -169,6 +171,7 @@ fn intern(registry: &mut Vec<&'static TagNode>, path: &'static str) -> &'static 
         growth: Growth::new(),
         over_limit: AtomicBool::new(false),
         limit_pending: AtomicBool::new(false),
+        crossings: AtomicU64::new(0),
     }));
     registry.push(node);
     node
@@ -406,6 +409,7 @@ impl TagNode {
                 .saturating_add(n.heap_seen.load(Relaxed));
             if total > n.warn.load(Relaxed) && !n.over_warn.swap(true, Relaxed) {
                 n.warn_pending.store(true, Relaxed);
+                n.crossings.fetch_add(1, Relaxed);
                 ANY_WARN_PENDING.store(true, Relaxed);
             }
         }
@@ -443,6 +447,12 @@ impl TagNode {
         }
     }
 
+    /// Crossings of the warn budget or the limit, ever (read after `see_heap`, which may
+    /// find one).
+    pub(crate) fn crossings(&self) -> u64 {
+        self.crossings.load(Relaxed)
+    }
+
     /// The bytes used by the arenas charging to exactly this tag (not its children's).
     pub(crate) fn own_used(&'static self) -> usize {
         self.arenas
@@ -478,6 +488,7 @@ impl TagNode {
         if total > self.warn.load(Relaxed) {
             if !self.over_warn.swap(true, Relaxed) {
                 self.warn_pending.store(true, Relaxed);
+                self.crossings.fetch_add(1, Relaxed);
                 ANY_WARN_PENDING.store(true, Relaxed);
             }
         } else {
@@ -486,6 +497,7 @@ impl TagNode {
         if total > self.limit.load(Relaxed) {
             if !self.over_limit.swap(true, Relaxed) {
                 self.limit_pending.store(true, Relaxed);
+                self.crossings.fetch_add(1, Relaxed);
                 ANY_WARN_PENDING.store(true, Relaxed);
             }
         } else {

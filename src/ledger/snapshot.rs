@@ -1,5 +1,5 @@
 //! A snapshot of the ledger: every tag's figures at one moment, as a value that prints as
-//! a tree table and writes CSV rows.
+//! a tree table (`table`) and writes CSV rows.
 //!
 //! Filling one reads each node's own figures once, then one pass from the last node to
 //! the first adds each into its parent (the registry only grows, parents before children):
@@ -58,6 +58,9 @@ pub struct TagFigures {
     /// otherwise an upper bound of it, at most the live bytes at the frame's start plus
     /// `heap_alloc_bytes`. At least `heap_live`.
     pub heap_frame_peak: usize,
+    /// Times the tag's holdings crossed its warn budget or its limit, ever (each crossing
+    /// once, however long it stays over; the heap's part judged on the frame's peak).
+    pub budget_crossings: u64,
     /// Heap allocation calls (`alloc`, `realloc`) under the tag since the last frame end
     /// ([`end_frame`](super::end_frame)).
     pub heap_allocs: u64,
@@ -284,126 +287,5 @@ impl fmt::Display for OptionalField {
             Some(v) => write!(f, "{v}"),
             None => Ok(()),
         }
-    }
-}
-
-/// Bytes in binary units, one decimal.
-pub(crate) struct Bytes(pub(crate) usize);
-
-impl fmt::Display for Bytes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-        let mut v = self.0 as f64;
-        let mut unit = 0;
-        while v >= 1024.0 && unit < UNITS.len() - 1 {
-            v /= 1024.0;
-            unit += 1;
-        }
-        let text = if unit == 0 {
-            format!("{} B", self.0)
-        } else {
-            format!("{v:.1} {}", UNITS[unit])
-        };
-        f.pad(&text)
-    }
-}
-
-impl fmt::Display for LedgerSnapshot {
-    /// A tree table: one line per tag, children indented under their parent, then the
-    /// untagged rest and the total. Arena columns: bytes of pool blocks held, their peak,
-    /// the bytes the arenas used in them (as last published), heap-fallback blocks, pool
-    /// blocks taken and returned (counts). With a
-    /// [`TrackingAllocator`](crate::TrackingAllocator), heap columns follow: bytes live now
-    /// and their peak ever, then this frame's: its peak, allocation and free calls, bytes
-    /// allocated and freed; a tag whose live heap keeps rising is marked `RISING` after its
-    /// budget.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = |r: &Row| {
-            let leaf = r.tag.rsplit('/').next().unwrap_or(r.tag);
-            format!("{}{leaf}", "  ".repeat(r.depth))
-        };
-        let heap = self.heap_total() > 0 || self.untagged_heap.heap_allocs > 0;
-        let width = self.rows.iter().map(|r| name(r).len()).fold(15, usize::max);
-        let heap_cols = |x: &TagFigures| {
-            if heap {
-                format!(
-                    " {:>10} {:>10} | {:>10} {:>7} {:>7} {:>10} {:>10}",
-                    Bytes(x.heap_live),
-                    Bytes(x.heap_peak),
-                    Bytes(x.heap_frame_peak),
-                    x.heap_allocs,
-                    x.heap_frees,
-                    Bytes(x.heap_alloc_bytes),
-                    Bytes(x.heap_free_bytes)
-                )
-            } else {
-                String::new()
-            }
-        };
-        write!(f, "{:<width$} {:-^62}", "", " arena blocks (pool memory) ")?;
-        if heap {
-            write!(
-                f,
-                " {:-^21} | {:-^48}",
-                " heap now, ever ", " heap this frame "
-            )?;
-        }
-        writeln!(f)?;
-        write!(
-            f,
-            "{:<width$} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}",
-            "tag", "held", "peak held", "used", "fallback", "taken", "returned"
-        )?;
-        if heap {
-            write!(
-                f,
-                " {:>10} {:>10} | {:>10} {:>7} {:>7} {:>10} {:>10}",
-                "live", "peak", "peak", "allocs", "frees", "allocated", "freed"
-            )?;
-        }
-        writeln!(f, "  budget")?;
-        for r in &self.rows {
-            let x = &r.figures;
-            let budget = match (x.warn_budget, x.limit_budget) {
-                (None, None) => String::new(),
-                (Some(w), None) => format!("warn {}", Bytes(w)),
-                (None, Some(l)) => format!("limit {}", Bytes(l)),
-                (Some(w), Some(l)) => format!("warn {}, limit {}", Bytes(w), Bytes(l)),
-            };
-            let budget = if x.heap_rising_windows >= super::RISING_WINDOWS {
-                let windows = x.heap_rising_windows;
-                format!("{budget}  RISING for {windows} windows")
-            } else {
-                budget
-            };
-            writeln!(
-                f,
-                "{:<width$} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}{}  {budget}",
-                name(r),
-                Bytes(x.held),
-                Bytes(x.peak_held),
-                Bytes(x.used),
-                Bytes(x.heap_held),
-                x.blocks_taken,
-                x.blocks_returned,
-                heap_cols(x),
-            )?;
-        }
-        writeln!(f, "{:<width$} {:>10}", "(untagged)", Bytes(self.untagged))?;
-        if heap {
-            let blank = "";
-            writeln!(
-                f,
-                "{:<width$} {blank:>10} {blank:>10} {blank:>10} {blank:>9} {blank:>9} \
-                 {blank:>9}{}",
-                "(untagged heap)",
-                heap_cols(&self.untagged_heap)
-            )?;
-        }
-        write!(f, "{:<width$} {:>10}", "total", Bytes(self.total()))?;
-        if heap {
-            write!(f, "  (heap {})", Bytes(self.heap_total()))?;
-        }
-        Ok(())
     }
 }
