@@ -179,9 +179,18 @@ impl fmt::Display for LedgerSnapshot {
             untagged.peak_held = 0;
             writeln!(f, "{:<width$}{}", "(untagged heap)", cols(&untagged))?;
         }
-        write!(f, "{:<width$} {:>9}", "total", Bytes(self.total()))?;
-        if shown.heap {
-            write!(f, "  (heap {})", Bytes(self.heap_total()))?;
+        if shown.arenas || !shown.heap {
+            write!(f, "{:<width$} {:>9}", "total", Bytes(self.total()))?;
+            if shown.heap {
+                write!(f, "  (heap {})", Bytes(self.heap_total()))?;
+            }
+        } else {
+            write!(
+                f,
+                "{:<width$} {:>9}",
+                "total heap",
+                Bytes(self.heap_total())
+            )?;
         }
         let folded = self.rows.len() - rows.len();
         if folded > 0 {
