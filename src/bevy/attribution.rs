@@ -92,6 +92,8 @@ pub enum SystemLines {
 #[derive(Resource, Default)]
 pub(crate) struct AttributionConfig {
     pub(crate) lines: SystemLines,
+    /// The tag the app's system lines go under instead of the top (`MemoryPlugin::isolated`).
+    pub(crate) under: Option<&'static str>,
     pub(crate) budgets: Vec<(String, Budget, bool)>,
 }
 
@@ -179,14 +181,16 @@ pub(crate) struct AttributedSystems {
 }
 
 /// The heap tag of a system named `name` (`full`: its full name): `systems/<short name>`
-/// (`nebula_memory/<short name>` for the crate's own), a `/` in the name made a `:`; with
+/// (`nebula_memory/<short name>` for the crate's own; `<under>/systems/<short name>` for
+/// an app's under a tag of its own), a `/` in the name made a `:`; with
 /// [`SystemLines::PerSystem`], ` #n` after the name of the n-th system to take it.
 fn tag_of(
     name: &DebugName,
     full: &str,
-    lines: SystemLines,
+    config: &AttributionConfig,
     taken: &mut HashMap<String, u32>,
 ) -> String {
+    let lines = config.lines;
     let short = name.shortname().to_string().replace('/', ":");
     let short = if short.is_empty() {
         "(unnamed)".to_owned()
@@ -198,7 +202,10 @@ fn tag_of(
     } else {
         SYSTEMS_TAG
     };
-    let line = format!("{parent}/{short}");
+    let line = match config.under {
+        Some(under) if parent == SYSTEMS_TAG => format!("{under}/{parent}/{short}"),
+        _ => format!("{parent}/{short}"),
+    };
     let n = taken.entry(line.clone()).or_insert(0);
     *n += 1;
     if *n == 1 || lines == SystemLines::ByName {
@@ -255,7 +262,7 @@ pub(crate) fn attribute_systems(world: &mut World) {
             }
             let name = slot.system().name();
             let full = name.to_string();
-            let tag = tag_of(&name, &full, config.lines, &mut done.lines);
+            let tag = tag_of(&name, &full, &config, &mut done.lines);
             for (function, budget, found) in &mut config.budgets {
                 if *function == full {
                     *found = true;

@@ -30,6 +30,7 @@
 //! - [`MemoryLedger`]: the tag ledger's snapshot at each frame's end, a diagnostic per
 //!   top-level tag, and optionally a per-frame CSV.
 
+mod alloc_check;
 mod attribution;
 mod budget_watch;
 mod exit_report;
@@ -39,6 +40,7 @@ mod resources;
 mod scratch;
 mod stats;
 
+pub use alloc_check::{AllocationCheck, AllocationRecord, BLESS_VAR, FrameFigures};
 pub use attribution::{CRATE_SYSTEMS_TAG, SYSTEMS_TAG, SystemLines};
 pub use budget_watch::BUDGET_WATCH_FRAMES;
 pub use exit_report::ExitReport;

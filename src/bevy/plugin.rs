@@ -109,9 +109,34 @@ pub struct MemoryPlugin {
     /// Where to write the ledger's table when the app exits (default: nowhere). For a
     /// program that only calls `App::run`, which takes the app.
     pub exit_report: ExitReport,
+    /// The tag the app's system lines go under (`<tag>/systems/<name>`), or `None` for the
+    /// top (`systems/<name>`, the default): two apps in one process (tests run in
+    /// parallel) keep their figures apart. [`isolated`](MemoryPlugin::isolated) picks one.
+    pub lines_under: Option<&'static str>,
 }
 
 impl MemoryPlugin {
+    /// The default plugin with its app's system lines under a tag of their own, `apps/<n>`
+    /// (`n` counts the isolated plugins made in the process): what a test that checks an
+    /// app's figures ([`AllocationCheck`](super::AllocationCheck)) uses, so that other
+    /// tests' apps running at the same time, with systems of the same names, do not count
+    /// toward its lines.
+    ///
+    /// ```
+    /// use nebula_memory::bevy::MemoryPlugin;
+    /// let a = MemoryPlugin::isolated();
+    /// let b = MemoryPlugin::isolated();
+    /// assert_ne!(a.lines_under, b.lines_under);
+    /// ```
+    pub fn isolated() -> Self {
+        static APPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = APPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        MemoryPlugin {
+            lines_under: Some(Box::leak(format!("apps/{n}").into_boxed_str())),
+            ..MemoryPlugin::default()
+        }
+    }
+
     /// Sets `budget` on the ledger line of every system made from `system` (a function or
     /// closure): named by the function, not by a typed-out tag. Like a tag budget, one that
     /// names no system of the app is reported once (a WARN after
@@ -149,6 +174,7 @@ impl Default for MemoryPlugin {
             system_lines: SystemLines::default(),
             system_budgets: Vec::new(),
             exit_report: ExitReport::Off,
+            lines_under: None,
         }
     }
 }
@@ -197,6 +223,7 @@ impl Plugin for MemoryPlugin {
             .insert_resource(self.exit_report.clone())
             .insert_resource(AttributionConfig {
                 lines: self.system_lines,
+                under: self.lines_under,
                 budgets: self
                     .system_budgets
                     .iter()

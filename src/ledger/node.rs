@@ -138,6 +138,17 @@ pub(crate) fn node_named(path: &str) -> &'static TagNode {
     }
 }
 
+/// The heap counts of exactly the tag `path` (not its children's), ever: allocation calls,
+/// bytes allocated, bytes live; `None` for a tag never made. Unlike a snapshot's figures,
+/// these do not depend on where frames end (any thread may end the ledger's frame), so
+/// a test's own frames can be told apart by differences of two readings. O(tags).
+#[cfg_attr(not(feature = "bevy"), allow(dead_code))]
+pub(crate) fn heap_totals(path: &str) -> Option<(u64, u64, usize)> {
+    let node = find(&REGISTRY.lock(), path)?;
+    let r = counters::read(node.heap_id, false);
+    Some((r.allocs, r.up_bytes, r.live))
+}
+
 fn find(registry: &[&'static TagNode], path: &str) -> Option<&'static TagNode> {
     registry.iter().find(|n| n.path == path).copied()
 }
