@@ -59,6 +59,7 @@ use bevy_ecs::utils::prelude::DebugName;
 use bevy_ecs::world::DeferredWorld;
 use bevy_ecs::world::unsafe_world_cell::UnsafeWorldCell;
 
+use super::trace_layer::{Mark, record_observer};
 use crate::ledger::{self, Budget, TagScope, node_heap_id};
 
 /// The parent tag of every system's heap line.
@@ -125,6 +126,7 @@ impl System for Attributed {
         world: UnsafeWorldCell,
     ) -> Result<(), RunSystemError> {
         let _scope = TagScope::enter_id(self.tag);
+        let _mark = Mark::enter(true);
         // SAFETY: forwarded from our caller, with the wrapped system's own access (ours is
         // the one it returned from `initialize`).
         unsafe { self.inner.run_unsafe(input, world) }
@@ -136,17 +138,24 @@ impl System for Attributed {
     }
 
     fn apply_deferred(&mut self, world: &mut World) {
-        // Applying a system's commands is the system's work too.
+        // Applying a system's commands is the system's work too (an observer they trigger
+        // is not: marked as no own run).
         let _scope = TagScope::enter_id(self.tag);
+        let _mark = Mark::enter(false);
         self.inner.apply_deferred(world);
     }
 
     fn queue_deferred(&mut self, world: DeferredWorld) {
         let _scope = TagScope::enter_id(self.tag);
+        let _mark = Mark::enter(false);
         self.inner.queue_deferred(world);
     }
 
     fn initialize(&mut self, world: &mut World) -> SystemAccess {
+        // The system's state is its memory; and its queries' `par_for_each` spans, made
+        // here, name this scope (`AttributionLayer`).
+        let _scope = TagScope::enter_id(self.tag);
+        let _mark = Mark::enter(false);
         self.inner.initialize(world)
     }
 
@@ -276,4 +285,20 @@ pub(crate) fn attribute_systems(world: &mut World) {
     world.insert_resource(config);
     world.insert_resource(done);
     world.insert_resource(schedules);
+}
+
+/// Records the names of the world's observers, for `AttributionLayer`'s `observers/<name>`
+/// lines (the plugin's `finish`: the observers added while the app was built).
+pub(crate) fn record_observers(world: &mut World) {
+    let mut observers = world.query::<&Observer>();
+    for observer in observers.iter(world) {
+        record_observer(observer.system_name().to_string());
+    }
+}
+
+/// An observer of observers: each one added later is recorded before it can run.
+pub(crate) fn record_added_observer(add: On<Add<Observer>>, observers: Query<&Observer>) {
+    if let Ok(observer) = observers.get(add.entity) {
+        record_observer(observer.system_name().to_string());
+    }
 }

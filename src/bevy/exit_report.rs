@@ -1,7 +1,8 @@
 //! The ledger when the app exits: `App::run` takes the app, so a program that only calls
 //! `run` cannot read [`MemoryLedger`] afterwards. With `MemoryPlugin::exit_report` set,
 //! the frame in which an [`AppExit`] is sent ends by writing the ledger's table (the same
-//! as `println!("{}", **ledger)`) where the app asked.
+//! as `println!("{}", **ledger)`) where the app asked, followed by the plugin's note if the
+//! systems' lines may be inexact (see `exactness`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,6 +11,7 @@ use bevy_app::AppExit;
 use bevy_ecs::message::Messages;
 use bevy_ecs::prelude::*;
 
+use super::exactness::Exactness;
 use super::ledger::MemoryLedger;
 
 /// Where [`MemoryPlugin`](super::MemoryPlugin) writes the ledger's table when the app
@@ -51,11 +53,14 @@ pub(crate) fn report_on_exit(world: &mut World) {
     if !exiting {
         return;
     }
-    let table = format!(
+    let mut table = format!(
         "nebula_memory ledger at exit (frame {}):\n{}",
         ledger.frame(),
         **ledger
     );
+    if let Some(note) = world.get_resource::<Exactness>().and_then(|e| e.note.as_ref()) {
+        table = format!("{table}\nNote: {note}\n");
+    }
     if let ExitReport::File(path) = report {
         if let Err(e) = std::fs::write(path, table) {
             tracing::warn!(

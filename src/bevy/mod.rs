@@ -32,15 +32,18 @@
 
 mod attribution;
 mod budget_watch;
+mod exactness;
 mod exit_report;
 mod ledger;
 mod plugin;
 mod resources;
 mod scratch;
 mod stats;
+mod trace_layer;
 
 pub use attribution::{CRATE_SYSTEMS_TAG, SYSTEMS_TAG, SystemLines};
 pub use budget_watch::BUDGET_WATCH_FRAMES;
+pub use exactness::{TASKS_TAG, tag_task_pool_threads};
 pub use exit_report::ExitReport;
 pub use ledger::MemoryLedger;
 pub use plugin::{MemoryPlugin, MemorySystems, reset_frame_arenas_system};
@@ -52,6 +55,7 @@ pub use scratch::{
     TaggedScratchArenas,
 };
 pub use stats::{MemoryBudgets, MemoryStats, PoolUsage, paths};
+pub use trace_layer::{AttributionLayer, EXECUTOR_TAG, OBSERVERS_TAG, RUNS_TAG};
 
 /// Renamed [`MemoryStats`]: the figures of the whole frame's memory, not of the
 /// `FrameMemory` resource (see CHANGELOG, "Names").
