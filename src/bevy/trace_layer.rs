@@ -118,13 +118,48 @@ enum Entry {
     Span { id: u64, _scope: Option<TagScope> },
 }
 
+/// Entries a thread's stack holds; one past that is dropped at once (its span's work is
+/// charged to the scope beneath).
+const DEPTH: usize = 64;
+
+/// A thread's entries, `entries[..len]`, oldest first: a fixed array, so that the layer
+/// never allocates in the scope of the system it marks.
+struct Stack {
+    len: usize,
+    entries: [Option<Entry>; DEPTH],
+}
+
+impl Stack {
+    fn last(&self) -> Option<&Entry> {
+        self.entries[..self.len].last()?.as_ref()
+    }
+    /// Removes the newest entry that `matches`, and returns it.
+    fn remove(&mut self, matches: impl Fn(&Entry) -> bool) -> Option<Entry> {
+        let live = &mut self.entries[..self.len];
+        let i = live.iter().rposition(|e| e.as_ref().is_some_and(&matches))?;
+        let entry = live[i].take();
+        live[i..].rotate_left(1);
+        self.len -= 1;
+        entry
+    }
+}
+
 thread_local! {
-    static ENTERED: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+    static ENTERED: RefCell<Stack> = const {
+        RefCell::new(Stack { len: 0, entries: [const { None }; DEPTH] })
+    };
 }
 
 fn push(entry: Entry) {
     // After the thread-local's destruction (late in the thread's exit) nothing is marked.
-    let _ = ENTERED.try_with(|s| s.borrow_mut().push(entry));
+    let _ = ENTERED.try_with(|s| {
+        let mut s = s.borrow_mut();
+        let len = s.len;
+        if let Some(slot) = s.entries.get_mut(len) {
+            *slot = Some(entry);
+            s.len = len + 1;
+        }
+    });
 }
 
 /// The mark a wrapped system's run (or commands) leaves on its thread while it lasts:
@@ -146,10 +181,8 @@ impl Drop for Mark {
     fn drop(&mut self) {
         if self.0 {
             let _ = ENTERED.try_with(|s| {
-                let mut s = s.borrow_mut();
-                if let Some(i) = s.iter().rposition(|e| matches!(e, Entry::Wrapper { .. })) {
-                    s.remove(i);
-                }
+                s.borrow_mut()
+                    .remove(|e| matches!(e, Entry::Wrapper { .. }))
             });
         }
     }
@@ -269,11 +302,8 @@ where
     fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
         let id = id.into_u64();
         let entry = ENTERED.try_with(|s| {
-            let mut s = s.borrow_mut();
-            let i = s
-                .iter()
-                .rposition(|e| matches!(e, Entry::Span { id: e, .. } if *e == id))?;
-            Some(s.remove(i))
+            s.borrow_mut()
+                .remove(|e| matches!(e, Entry::Span { id: e, .. } if *e == id))
         });
         // The scope ends here, outside the borrow.
         drop(entry);
