@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use bevy_app::{App, TaskPoolOptions, TaskPoolPlugin, TaskPoolThreadAssignmentPolicy, Update};
 use bevy_ecs::prelude::*;
-use nebula_memory::{Arena, TrackingAllocator};
 use nebula_memory::bevy::{
     AttributionLayer, MemoryLedger, MemoryPlugin, Scratch, tag_task_pool_threads,
 };
+use nebula_memory::{Arena, TrackingAllocator};
 use tracing_subscriber::layer::SubscriberExt;
 
 #[global_allocator]
@@ -217,8 +217,7 @@ fn exact(threads: usize) {
         )
         .add_observer(on_ping)
         .add_observer(on_pong);
-    app.world_mut()
-        .spawn_batch((0..ITEMS as u32).map(Item));
+    app.world_mut().spawn_batch((0..ITEMS as u32).map(Item));
     assert_eq!(
         bevy_tasks::ComputeTaskPool::get().thread_num(),
         threads,

@@ -16,6 +16,10 @@ use super::trace_layer::layer_state;
 use crate::ledger;
 
 /// The parent tag of the lines of Bevy's task pool threads (see [`tag_task_pool_threads`]).
+///
+/// ```
+/// assert_eq!(nebula_memory::bevy::TASKS_TAG, "tasks");
+/// ```
 pub const TASKS_TAG: &str = "tasks";
 
 /// `options` with a thread-start hook on each of Bevy's task pools that puts the thread in

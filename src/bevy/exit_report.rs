@@ -58,7 +58,10 @@ pub(crate) fn report_on_exit(world: &mut World) {
         ledger.frame(),
         **ledger
     );
-    if let Some(note) = world.get_resource::<Exactness>().and_then(|e| e.note.as_ref()) {
+    if let Some(note) = world
+        .get_resource::<Exactness>()
+        .and_then(|e| e.note.as_ref())
+    {
         table = format!("{table}\nNote: {note}\n");
     }
     if let ExitReport::File(path) = report {

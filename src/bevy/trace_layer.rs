@@ -39,21 +39,42 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::fork::{Level, Lock};
 use crate::ledger::{self, HeapScope, TagScope, node_heap_id};
 
-/// The parent tag of the lines of observers' runs.
+/// The parent tag of the crate's own systems' heap lines (its frame end, the wrapping).
+///
+/// ```
+/// assert_eq!(nebula_memory::bevy::CRATE_SYSTEMS_TAG, "nebula_memory");
+/// ```
+pub const CRATE_SYSTEMS_TAG: &str = "nebula_memory";
+
+/// The parent tag of the lines of observers' runs (with [`AttributionLayer`]).
+///
+/// ```
+/// assert_eq!(nebula_memory::bevy::OBSERVERS_TAG, "observers");
+/// ```
 pub const OBSERVERS_TAG: &str = "observers";
 /// The parent tag of the lines of other system runs outside the schedules' systems: one-shot
-/// systems, run conditions, systems run from inside another system's run.
+/// systems, run conditions, systems run from inside another system's run (with
+/// [`AttributionLayer`]).
+///
+/// ```
+/// assert_eq!(nebula_memory::bevy::RUNS_TAG, "runs");
+/// ```
 pub const RUNS_TAG: &str = "runs";
 /// The line of Bevy's multi-threaded executor's ticks (with [`AttributionLayer`]).
+///
+/// ```
+/// assert_eq!(nebula_memory::bevy::EXECUTOR_TAG, "bevy/executor");
+/// ```
 pub const EXECUTOR_TAG: &str = "bevy/executor";
 
 /// A `tracing_subscriber` layer that makes heap attribution exact on a compute pool of any
 /// size: each `par_iter` batch is charged to the system whose query it iterates, on
 /// whichever thread runs it, and observers, one-shot systems and run conditions get lines
-/// of their own (`observers/<name>`, `runs/<name>`). See the module docs of
-/// `nebula_memory::bevy` for what it needs: Bevy's `trace` feature (`bevy_ecs/trace`), and
-/// the layer in the subscriber before the app's systems are made; with Bevy's `LogPlugin`
-/// through its `custom_layer`, in a headless app as the global default:
+/// of their own (`observers/<name>`, `runs/<name>`; observers by their system's name).
+/// It needs Bevy's `trace` feature (`bevy_ecs/trace`), bevy_ecs's INFO spans enabled, and
+/// the layer in the subscriber before the app's systems are made: with Bevy's `LogPlugin`
+/// through its `custom_layer`, in a headless app as the global default. Without it, on a
+/// compute pool of more than one thread, `MemoryPlugin` warns once.
 ///
 /// ```
 /// use tracing_subscriber::layer::SubscriberExt;
@@ -96,7 +117,10 @@ static OBSERVERS: Lock<Option<HashSet<String>>> = Lock::new(Level::Attribution, 
 
 /// Records that systems named `name` are observers. O(1).
 pub(crate) fn record_observer(name: String) {
-    OBSERVERS.lock().get_or_insert_with(HashSet::new).insert(name);
+    OBSERVERS
+        .lock()
+        .get_or_insert_with(HashSet::new)
+        .insert(name);
 }
 
 /// What the layer keeps in one of Bevy's spans.
@@ -136,7 +160,9 @@ impl Stack {
     /// Removes the newest entry that `matches`, and returns it.
     fn remove(&mut self, matches: impl Fn(&Entry) -> bool) -> Option<Entry> {
         let live = &mut self.entries[..self.len];
-        let i = live.iter().rposition(|e| e.as_ref().is_some_and(&matches))?;
+        let i = live
+            .iter()
+            .rposition(|e| e.as_ref().is_some_and(&matches))?;
         let entry = live[i].take();
         live[i..].rotate_left(1);
         self.len -= 1;
@@ -212,7 +238,7 @@ fn run_line(name: &str) -> u16 {
         .replace('/', ":");
     let observer = OBSERVERS.lock().as_ref().is_some_and(|o| o.contains(name));
     let parent = if name.starts_with("nebula_memory::") {
-        super::attribution::CRATE_SYSTEMS_TAG
+        CRATE_SYSTEMS_TAG
     } else if observer {
         OBSERVERS_TAG
     } else {
