@@ -66,7 +66,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockW
 /// - `Tags` → `TagArenas` (a snapshot reads each tag's arenas; a new tag registers).
 /// - an arena's chain lock → `Pools`, `Tracy`, `TracyNames`, `Recorded` (events are sent
 ///   under it); `Tracy` → `TracyNames` (an event), `Switches` (turning Tracy on or off).
-/// - `Pools`, `TracyNames`, `Switches`, `Recorded`, `Diagnostics` take nothing.
+/// - `Pools`, `TracyNames`, `Switches`, `Recorded`, `Diagnostics`, `Attribution` take
+///   nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 #[cfg_attr(not(all(feature = "tracy", feature = "bevy")), allow(dead_code))]
@@ -99,9 +100,11 @@ pub(crate) enum Level {
     Recorded,
     /// The Bevy diagnostics' paths (`bevy::ledger`).
     Diagnostics,
+    /// The names of observers' systems (`bevy::trace_layer`).
+    Attribution,
 }
 
-const LEVELS: usize = Level::Diagnostics as usize + 1;
+const LEVELS: usize = Level::Attribution as usize + 1;
 
 /// A registered lock: what *prepare* takes.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -8,8 +8,9 @@
 //! pass. A custom executor cannot reach the systems it runs (their list is private), and a
 //! build pass runs after the systems were initialized, when a system can no longer be
 //! swapped for another without losing its access. The spans need `trace` compiled into
-//! Bevy and a layer in the app's subscriber: a cost and a setup step for every user. So
-//! this module wraps the systems themselves, **before their first initialization**: the
+//! Bevy and a layer in the app's subscriber: a cost and a setup step for every user, taken
+//! only for what wrapping cannot reach (`trace_layer`). So this module wraps the systems
+//! themselves, **before their first initialization**: the
 //! plugin's `finish` (when every plugin has added its systems and no schedule has run) and
 //! then, for systems added later, an exclusive system in `First`, which reaches every
 //! other schedule's new systems before their schedule initializes them. A wrapper
@@ -38,11 +39,18 @@
 //! names a system by its function; the budget is set on the line of every system wrapped
 //! with that function's name.
 //!
-//! **Work on other threads.** A `par_iter` body runs on worker threads: its batches from
-//! `Scratch::batches()` / `TaggedScratch::batches()` enter the system's scope there; a
-//! plain `par_iter` takes [`ledger::current_scope`](crate::ledger::current_scope) in the
-//! system and enters it per batch (`for_each_init(|| scope.enter(), …)`). A task spawned
-//! elsewhere runs in its thread's scope unless it enters one the same way.
+//! **Work on other threads.** A system's `Scratch::batches()` / `TaggedScratch::batches()`
+//! enter its scope on whichever thread runs them. A plain `par_iter` batch is charged to its
+//! system only with [`AttributionLayer`](super::AttributionLayer) (Bevy's `trace` spans):
+//! without it, a thread waiting in one system's `par_iter` charges the other systems'
+//! batches it runs to the waiting system, and an idle worker charges its batches to no
+//! system (its pool's line with [`tag_task_pool_threads`](super::tag_task_pool_threads)).
+//! The plugin checks once, at the first frame's end, and warns when that can happen (a
+//! compute pool of more than one thread, no layer at work; see `exactness`). With the
+//! layer, observers, one-shot systems and run conditions get lines of their own
+//! (`observers/<name>`, `runs/<name>`). A wrapped system's initialization runs in its
+//! scope too: its state is its memory, and its queries' batches are charged to the scope
+//! they were made in.
 //!
 //! **What it does not see.** Run conditions are not wrapped. A system added to `First` after the app started is initialized before
 //! this module sees it.
@@ -59,13 +67,11 @@ use bevy_ecs::utils::prelude::DebugName;
 use bevy_ecs::world::DeferredWorld;
 use bevy_ecs::world::unsafe_world_cell::UnsafeWorldCell;
 
+use super::trace_layer::{CRATE_SYSTEMS_TAG, Mark, record_observer};
 use crate::ledger::{self, Budget, TagScope, node_heap_id};
 
 /// The parent tag of every system's heap line.
 pub const SYSTEMS_TAG: &str = "systems";
-
-/// The parent tag of the crate's own systems' heap lines (its frame end, the wrapping).
-pub const CRATE_SYSTEMS_TAG: &str = "nebula_memory";
 
 /// How systems of the same name are shown in the ledger (`MemoryPlugin::system_lines`).
 ///
@@ -127,6 +133,7 @@ impl System for Attributed {
         world: UnsafeWorldCell,
     ) -> Result<(), RunSystemError> {
         let _scope = TagScope::enter_id(self.tag);
+        let _mark = Mark::enter(true);
         // SAFETY: forwarded from our caller, with the wrapped system's own access (ours is
         // the one it returned from `initialize`).
         unsafe { self.inner.run_unsafe(input, world) }
@@ -138,17 +145,24 @@ impl System for Attributed {
     }
 
     fn apply_deferred(&mut self, world: &mut World) {
-        // Applying a system's commands is the system's work too.
+        // Applying a system's commands is the system's work too (an observer they trigger
+        // is not: marked as no own run).
         let _scope = TagScope::enter_id(self.tag);
+        let _mark = Mark::enter(false);
         self.inner.apply_deferred(world);
     }
 
     fn queue_deferred(&mut self, world: DeferredWorld) {
         let _scope = TagScope::enter_id(self.tag);
+        let _mark = Mark::enter(false);
         self.inner.queue_deferred(world);
     }
 
     fn initialize(&mut self, world: &mut World) -> SystemAccess {
+        // The system's state is its memory; and its queries' `par_for_each` spans, made
+        // here, name this scope (`AttributionLayer`).
+        let _scope = TagScope::enter_id(self.tag);
+        let _mark = Mark::enter(false);
         self.inner.initialize(world)
     }
 
@@ -283,4 +297,20 @@ pub(crate) fn attribute_systems(world: &mut World) {
     world.insert_resource(config);
     world.insert_resource(done);
     world.insert_resource(schedules);
+}
+
+/// Records the names of the world's observers, for `AttributionLayer`'s `observers/<name>`
+/// lines (the plugin's `finish`: the observers added while the app was built).
+pub(crate) fn record_observers(world: &mut World) {
+    let mut observers = world.query::<&Observer>();
+    for observer in observers.iter(world) {
+        record_observer(observer.system_name().to_string());
+    }
+}
+
+/// An observer of observers: each one added later is recorded before it can run.
+pub(crate) fn record_added_observer(add: On<Add<Observer>>, observers: Query<&Observer>) {
+    if let Ok(observer) = observers.get(add.entity) {
+        record_observer(observer.system_name().to_string());
+    }
 }

@@ -3,7 +3,8 @@
 //! the frame in which an [`AppExit`] is sent ends by writing the ledger's table (the same
 //! as `println!("{}", **ledger)`) where the app asked, then its warnings (lines rising,
 //! over a budget, or that crossed one: `LedgerSnapshot::warnings`), which a headless app
-//! with no `tracing` subscriber sees nowhere else.
+//! with no `tracing` subscriber sees nowhere else, and the plugin's note if the systems'
+//! lines may be inexact (see `exactness`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use bevy_app::AppExit;
 use bevy_ecs::message::Messages;
 use bevy_ecs::prelude::*;
 
+use super::exactness::Exactness;
 use super::ledger::MemoryLedger;
 
 /// Where [`MemoryPlugin`](super::MemoryPlugin) writes the ledger's table when the app
@@ -61,6 +63,12 @@ pub(crate) fn report_on_exit(world: &mut World) {
     let warnings = ledger.warnings();
     if !warnings.is_empty() {
         table.push_str(&format!("\nwarnings:\n{warnings}"));
+    }
+    if let Some(note) = world
+        .get_resource::<Exactness>()
+        .and_then(|e| e.note.as_ref())
+    {
+        table = format!("{table}\nNote: {note}\n");
     }
     if let ExitReport::File(path) = report {
         if let Err(e) = std::fs::write(path, table) {

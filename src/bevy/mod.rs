@@ -29,20 +29,28 @@
 //!   frame memory reset at the frame's end; [`MemoryStats`] and Bevy diagnostics.
 //! - [`MemoryLedger`]: the tag ledger's snapshot at each frame's end, a diagnostic per
 //!   top-level tag, and optionally a per-frame CSV.
+//! - Heap attribution (with a `TrackingAllocator`): each system's heap on `systems/<name>`.
+//!   Exact on a compute pool of any size with [`AttributionLayer`] (Bevy's `trace`
+//!   feature, the layer in the subscriber before the systems are made), which also puts
+//!   observers and one-shot systems on lines of their own; [`tag_task_pool_threads`] puts
+//!   Bevy's pool threads on `tasks/<pool>`.
 
 mod alloc_check;
 mod attribution;
 mod budget_watch;
+mod exactness;
 mod exit_report;
 mod ledger;
 mod plugin;
 mod resources;
 mod scratch;
 mod stats;
+mod trace_layer;
 
 pub use alloc_check::{AllocationCheck, AllocationRecord, BLESS_VAR, FrameFigures};
-pub use attribution::{CRATE_SYSTEMS_TAG, SYSTEMS_TAG, SystemLines};
+pub use attribution::{SYSTEMS_TAG, SystemLines};
 pub use budget_watch::BUDGET_WATCH_FRAMES;
+pub use exactness::{TASKS_TAG, tag_task_pool_threads};
 pub use exit_report::ExitReport;
 pub use ledger::MemoryLedger;
 pub use plugin::{MemoryPlugin, MemorySystems, reset_frame_arenas_system};
@@ -54,6 +62,7 @@ pub use scratch::{
     TaggedScratchArenas,
 };
 pub use stats::{MemoryBudgets, MemoryStats, PoolUsage, paths};
+pub use trace_layer::{AttributionLayer, CRATE_SYSTEMS_TAG, EXECUTOR_TAG, OBSERVERS_TAG, RUNS_TAG};
 
 /// Renamed [`MemoryStats`]: the figures of the whole frame's memory, not of the
 /// `FrameMemory` resource (see CHANGELOG, "Names").

@@ -16,8 +16,11 @@ use std::path::PathBuf;
 use bevy_app::{App, First, Last, Plugin};
 use bevy_ecs::prelude::*;
 
-use super::attribution::{AttributionConfig, SystemLines, attribute_systems};
+use super::attribution::{
+    AttributionConfig, SystemLines, attribute_systems, record_added_observer, record_observers,
+};
 use super::budget_watch::{BudgetWatch, watch_budgets};
+use super::exactness::{Exactness, check_exactness};
 use super::exit_report::{ExitReport, report_on_exit};
 use super::ledger::{MemoryLedger, record_ledger_frame};
 use super::resources::{
@@ -260,7 +263,9 @@ impl Plugin for MemoryPlugin {
                     .in_set(MemorySystems::Reset),
             );
         if self.attribute_systems {
-            app.add_systems(First, attribute_systems);
+            app.add_systems(First, attribute_systems)
+                .add_observer(record_added_observer)
+                .init_resource::<Exactness>();
         }
         register_diagnostics(app);
     }
@@ -270,14 +275,16 @@ impl Plugin for MemoryPlugin {
     fn finish(&self, app: &mut App) {
         if self.attribute_systems {
             attribute_systems(app.world_mut());
+            record_observers(app.world_mut());
         }
     }
 }
 
 /// The ledger's part of the frame end: the frame's snapshot into `MemoryLedger` (and its
 /// CSV row and diagnostics), then what reads it: budgets that name nothing, and the exit
-/// report. One system, not three: Bevy's executor allocates for each system it runs.
+/// report (and, once, whether attribution can be exact). One system, not four: Bevy's executor allocates for each system it runs.
 fn end_ledger_frame(world: &mut World) {
+    check_exactness(world);
     record_ledger_frame(world);
     watch_budgets(world);
     report_on_exit(world);

@@ -36,8 +36,9 @@ use crate::heap::counters::{self, UNTAGGED};
 ///
 /// The guard is neither `Send` nor `Sync`: the scope belongs to the thread that entered it.
 /// In Bevy, `MemoryPlugin` enters a scope `systems/<name>` around every system run; work
-/// a system hands to other threads (a `par_iter` body) runs in those threads' scopes,
-/// which [`current_scope`] carries there (`for_each_init(|| scope.enter(), ..)`).
+/// a system hands to other threads runs in those threads' scopes, which [`current_scope`]
+/// carries there (`for_each_init(|| scope.enter(), ..)`; Bevy's `par_iter` batches need
+/// no recipe with `nebula_memory::bevy::AttributionLayer`).
 ///
 /// # Panics
 /// If `tag` is not a `/`-separated path of non-empty segments.
@@ -180,9 +181,12 @@ impl Drop for TagScope {
 /// });
 /// ```
 ///
-/// In Bevy, one line charges a `par_iter` body to its system (the system runs in its
+/// In Bevy, one line charges a task a system spawns to the system (the system runs in its
 /// `systems/<name>` scope): `let scope = ledger::current_scope();` then
-/// `query.par_iter().for_each_init(|| scope.enter(), |_, item| …)`.
+/// `let _in = scope.enter();` inside the task. (For Bevy's `par_iter`, the recipe
+/// `for_each_init(|| scope.enter(), ..)` charges the system's batches right, but a thread
+/// waiting in its `par_iter` still charges to it the other systems' plain batches it runs:
+/// `nebula_memory::bevy::AttributionLayer` makes every batch its system's, recipe or not.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HeapScope {
     id: u16,
