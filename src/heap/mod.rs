@@ -36,9 +36,9 @@
 
 pub(crate) mod counters;
 pub(crate) mod owners;
+mod record;
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::Ordering::Relaxed;
 
 /// A [`GlobalAlloc`] that charges every heap allocation to the calling thread's ledger tag
 /// (see [`ledger::scope`](crate::ledger::scope)) and passes it on to `A`. Install it as
@@ -94,64 +94,61 @@ impl<A> TrackingAllocator<A> {
     }
 }
 
-/// The inner allocation's size for `size`: at least one granule of the owner map, so that
-/// two live allocations never start in one granule.
+/// The inner allocation's layout for a caller's allocation of `size` bytes aligned to
+/// `align`: the caller's size (a zero size, outside `GlobalAlloc`'s contract, made 1) and
+/// at least a granule's alignment. The size is the caller's so that its pointer, whose
+/// borrow covers its own bytes, frees the whole inner allocation (Miri's Stacked Borrows
+/// refuses a free through a pointer that covers part of it). The alignment is a granule's
+/// so that every allocation starts at a granule's start: two live ones never start in one
+/// granule, whatever the inner allocator, and the entries after an allocation's first
+/// are its own (see [`record`]). The alignment depends on nothing else, so a `realloc`
+/// (which keeps the alignment) leaves an allocation with the layout its new size gives.
+/// `None` if that layout would not fit `isize` (a size within 15 bytes of it).
 #[inline(always)]
-fn inner_size(size: usize) -> usize {
-    size.max(owners::GRANULE)
+fn inner_layout(size: usize, align: usize) -> Option<Layout> {
+    Layout::from_size_align(size.max(1), align.max(owners::GRANULE)).ok()
 }
 
-/// The inner allocation's layout for `layout`.
+/// The inner layout of an allocation made with `layout` (valid, as `alloc` succeeded).
 #[inline(always)]
-fn inner_layout(layout: Layout) -> Layout {
-    // SAFETY: the alignment is `layout`'s. The size is `layout`'s, or 16 if smaller, which
-    // rounded up to the alignment is 16 (alignment < 16) or the alignment, which `layout`'s
-    // own size rounded up reaches too: it fits `isize` whenever `layout` does.
-    unsafe { Layout::from_size_align_unchecked(inner_size(layout.size()), layout.align()) }
+fn inner_layout_of(size: usize, align: usize) -> Layout {
+    // SAFETY: `alloc` or `realloc` made this allocation with `inner_layout(size, align)`,
+    // which was `Some`: the same arguments give the same valid layout.
+    unsafe { Layout::from_size_align_unchecked(size.max(1), align.max(owners::GRANULE)) }
 }
 
 /// A fresh allocation at `addr` of `size` bytes: charged to the thread's tag, which its
-/// map entry records. Not counted (no entry) where the map cannot hold it.
+/// map entries record with the size. Not counted (no entry) where the map cannot hold it.
 #[inline(always)]
 fn track(addr: usize, size: usize) {
-    if let Some(entry) = owners::entry(addr) {
+    if let Some(place) = record::place(addr, size) {
         let id = counters::charge(size);
-        entry.store(id + 1, Relaxed);
+        place.store(id, size);
     }
 }
 
-/// Takes the entry of the live allocation at `addr` out of the map: its tag's id + 1, or
-/// 0 if it was not tracked.
-#[inline(always)]
-fn take(addr: usize) -> u16 {
-    let Some(entry) = owners::find(addr) else {
-        return 0;
-    };
-    let owner = entry.load(Relaxed);
-    if owner != 0 {
-        entry.store(0, Relaxed);
-    }
-    owner
-}
-
-// SAFETY: every method passes on to `inner` the caller's pointer and the caller's layout
-// (sizes under 16 made 16, the same way each time, which keeps layouts valid: see
-// `inner_layout`), so alignment, validity and the zeroing of `alloc_zeroed` are the inner
-// allocator's. The caller's pointer is only read as an address; the bookkeeping touches the
-// owner map and the counters, never the caller's memory, and neither allocates nor
-// unwinds nor locks.
+// SAFETY: every method passes on to `inner` the caller's pointer and a layout made the same
+// way each time from the caller's (`inner_layout`: its size, at least a granule's
+// alignment; a request whose layout would not fit `isize` is refused with null), so
+// alignment, validity and the zeroing of `alloc_zeroed` are the inner allocator's. A
+// tracked allocation is given back with the size its record holds, the size it was made
+// with, whatever size the caller passes. The caller's pointer is only read as an address;
+// the bookkeeping touches the owner map and the counters, never the caller's memory, and
+// neither allocates nor unwinds nor locks.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let Some(inner) = inner_layout(layout.size(), layout.align()) else {
+            return std::ptr::null_mut();
+        };
         if !counters::is_on() {
             // Untracked: no entry. (A call in tail position: off, the wrapper costs a
             // load and a branch.)
-            // SAFETY: `inner_layout` is valid with a non-zero size (`GlobalAlloc`'s
-            // contract).
-            return unsafe { self.inner.alloc(inner_layout(layout)) };
+            // SAFETY: `inner` is a valid layout with a non-zero size.
+            return unsafe { self.inner.alloc(inner) };
         }
         // SAFETY: as above.
-        let p = unsafe { self.inner.alloc(inner_layout(layout)) };
+        let p = unsafe { self.inner.alloc(inner) };
         if !p.is_null() {
             track(p.addr(), layout.size());
         }
@@ -160,12 +157,15 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let Some(inner) = inner_layout(layout.size(), layout.align()) else {
+            return std::ptr::null_mut();
+        };
         if !counters::is_on() {
             // SAFETY: as in `alloc`.
-            return unsafe { self.inner.alloc_zeroed(inner_layout(layout)) };
+            return unsafe { self.inner.alloc_zeroed(inner) };
         }
         // SAFETY: as in `alloc`.
-        let p = unsafe { self.inner.alloc_zeroed(inner_layout(layout)) };
+        let p = unsafe { self.inner.alloc_zeroed(inner) };
         if !p.is_null() {
             track(p.addr(), layout.size());
         }
@@ -174,41 +174,48 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
 
     #[inline]
     unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
-        // The entry is cleared before the memory goes back: once it has, another thread
-        // may be handed the same address and write its own entry.
-        let owner = take(p.addr());
-        if owner != 0 {
-            counters::credit(owner - 1, layout.size());
-        }
-        // SAFETY: `p` came from `inner` with `inner_layout(layout)` (see `alloc`).
-        unsafe { self.inner.dealloc(p, inner_layout(layout)) }
+        // The record is taken out before the memory goes back: once it has, another
+        // thread may be handed the same address and write its own.
+        let size = match record::take(p.addr()) {
+            Some((id, size)) => {
+                // What was charged, whatever size the caller names (see `record`).
+                counters::credit(id, size);
+                size
+            }
+            None => layout.size(),
+        };
+        // SAFETY: `p` came from `inner` with the inner layout of its size (the recorded
+        // one, or the caller's for an untracked allocation) and `layout`'s alignment.
+        unsafe { self.inner.dealloc(p, inner_layout_of(size, layout.align())) }
     }
 
     #[inline]
     unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let Some(new_inner) = inner_layout(new_size, layout.align()) else {
+            return std::ptr::null_mut();
+        };
         // Out of the map while the inner allocator has the memory (it may free `p` and
         // hand the address to another thread before it returns).
-        let owner = take(p.addr());
-        // SAFETY: `p` came from `inner` with `inner_layout(layout)`; the new size is the
-        // caller's (non-zero, fits `isize` rounded up to the alignment: the contract) or
-        // 16, which fits too (see `inner_layout`).
+        let taken = record::take(p.addr());
+        let old = taken.map_or(layout.size(), |(_, size)| size);
+        // SAFETY: `p` came from `inner` with the inner layout of `old` (see `dealloc`);
+        // the new size is `new_inner`'s, valid with the same alignment.
         let q = unsafe {
             self.inner
-                .realloc(p, inner_layout(layout), inner_size(new_size))
+                .realloc(p, inner_layout_of(old, layout.align()), new_inner.size())
         };
-        if owner != 0 {
-            let id = owner - 1;
-            let at = if q.is_null() { p } else { q };
-            match owners::entry(at.addr()) {
-                Some(entry) => {
-                    entry.store(owner, Relaxed);
+        if let Some((id, old)) = taken {
+            let (at, size) = if q.is_null() { (p, old) } else { (q, new_size) };
+            match record::place(at.addr(), size) {
+                Some(place) => {
+                    place.store(id, size);
                     if !q.is_null() {
-                        counters::resize(id, layout.size(), new_size);
+                        counters::resize(id, old, new_size);
                     }
                 }
-                // The map cannot hold the new address: counted as freed, untracked from
-                // now on. (`p` had an entry, so a failed realloc always finds it.)
-                None => counters::credit(id, layout.size()),
+                // The map cannot hold the new record: counted as freed, untracked from
+                // now on. (`p`'s was held, so a failed realloc always finds its place.)
+                None => counters::credit(id, old),
             }
         }
         q
