@@ -106,24 +106,29 @@ impl<A> TrackingAllocator<A> {
 /// `None` if that layout would not fit `isize` (a size within 15 bytes of it).
 #[inline(always)]
 fn inner_layout(size: usize, align: usize) -> Option<Layout> {
-    Layout::from_size_align(size.max(1), align.max(owners::GRANULE)).ok()
+    let (size, align) = (size.max(1), align.max(owners::GRANULE));
+    // `Layout`'s own condition (the size rounded up to the alignment fits `isize`),
+    // without its test that the alignment is a power of two: the callers pass a valid
+    // layout's, and the maximum of two powers of two is one. A constant bound first, so
+    // that the common case is one comparison.
+    if size > isize::MAX as usize / 2 && size > isize::MAX as usize - (align - 1) {
+        return None;
+    }
+    // SAFETY: as just said.
+    Some(unsafe { Layout::from_size_align_unchecked(size, align) })
 }
 
-/// The inner layout of an allocation made with `layout` (valid, as `alloc` succeeded).
+/// [`inner_layout`] of arguments it accepted before: the allocation's own, when it was
+/// made.
+///
+/// # Safety
+/// `inner_layout(size, align)` is `Some`.
 #[inline(always)]
-fn inner_layout_of(size: usize, align: usize) -> Layout {
-    // SAFETY: `alloc` or `realloc` made this allocation with `inner_layout(size, align)`,
-    // which was `Some`: the same arguments give the same valid layout.
-    unsafe { Layout::from_size_align_unchecked(size.max(1), align.max(owners::GRANULE)) }
-}
-
-/// A fresh allocation at `addr` of `size` bytes: charged to the thread's tag, which its
-/// map entries record with the size. Not counted (no entry) where the map cannot hold it.
-#[inline(always)]
-fn track(addr: usize, size: usize) {
-    if let Some(place) = record::place(addr, size) {
-        let id = counters::charge(size);
-        place.store(id, size);
+unsafe fn inner_layout_of(size: usize, align: usize) -> Layout {
+    match inner_layout(size, align) {
+        Some(layout) => layout,
+        // SAFETY: the caller's promise.
+        None => unsafe { std::hint::unreachable_unchecked() },
     }
 }
 
@@ -150,7 +155,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
         // SAFETY: as above.
         let p = unsafe { self.inner.alloc(inner) };
         if !p.is_null() {
-            track(p.addr(), layout.size());
+            record::track(p.addr(), layout.size());
         }
         p
     }
@@ -167,7 +172,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
         // SAFETY: as in `alloc`.
         let p = unsafe { self.inner.alloc_zeroed(inner) };
         if !p.is_null() {
-            track(p.addr(), layout.size());
+            record::track(p.addr(), layout.size());
         }
         p
     }
@@ -185,7 +190,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
             None => layout.size(),
         };
         // SAFETY: `p` came from `inner` with the inner layout of its size (the recorded
-        // one, or the caller's for an untracked allocation) and `layout`'s alignment.
+        // one, or the caller's for an untracked allocation) and `layout`'s alignment,
+        // which `inner_layout` accepted then (`alloc` and `realloc` made it so).
         unsafe { self.inner.dealloc(p, inner_layout_of(size, layout.align())) }
     }
 
@@ -198,24 +204,23 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
         // hand the address to another thread before it returns).
         let taken = record::take(p.addr());
         let old = taken.map_or(layout.size(), |(_, size)| size);
-        // SAFETY: `p` came from `inner` with the inner layout of `old` (see `dealloc`);
-        // the new size is `new_inner`'s, valid with the same alignment.
+        // SAFETY: `p` came from `inner` with the inner layout of `old`, which
+        // `inner_layout` accepted then (see `dealloc`); the new size is `new_inner`'s,
+        // valid with the same alignment.
         let q = unsafe {
             self.inner
                 .realloc(p, inner_layout_of(old, layout.align()), new_inner.size())
         };
         if let Some((id, old)) = taken {
             let (at, size) = if q.is_null() { (p, old) } else { (q, new_size) };
-            match record::place(at.addr(), size) {
-                Some(place) => {
-                    place.store(id, size);
-                    if !q.is_null() {
-                        counters::resize(id, old, new_size);
-                    }
+            if record::put_back(at.addr(), id, size) {
+                if !q.is_null() {
+                    counters::resize(id, old, new_size);
                 }
+            } else {
                 // The map cannot hold the new record: counted as freed, untracked from
                 // now on. (`p`'s was held, so a failed realloc always finds its place.)
-                None => counters::credit(id, old),
+                counters::credit(id, old);
             }
         }
         q

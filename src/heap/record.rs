@@ -47,12 +47,22 @@ const THREE_WORDS_FROM: usize = 1 << 16;
 /// Sizes from this on are not tracked.
 const TOO_LARGE: u64 = 1 << 48;
 
-/// The entries a new allocation's record is written to: its first granule's and, for a
-/// size without a code of its own, the one or three after it.
-#[derive(Clone, Copy)]
-pub(crate) struct Place {
-    first: &'static AtomicU16,
-    words: [Option<&'static AtomicU16>; 3],
+/// How many entries after the first hold the size of an allocation of `size` bytes.
+#[inline(always)]
+fn words_for(size: usize) -> usize {
+    if size < EXACT_BELOW {
+        0
+    } else if size < THREE_WORDS_FROM {
+        1
+    } else {
+        3
+    }
+}
+
+/// The first entry's value for tag `id` and `code`.
+#[inline(always)]
+fn first_entry(id: u16, code: u16) -> u16 {
+    (id & ID_MASK) | code << ID_BITS
 }
 
 /// The entry `j` granules after the one of `addr` (`e`'s run, or a lookup of its own in
@@ -61,64 +71,80 @@ pub(crate) struct Place {
 fn word(e: owners::Entries, addr: usize, j: usize, map: bool) -> Option<&'static AtomicU16> {
     match e.get(j) {
         Some(w) => Some(w),
-        None => next_leaf_word(addr, j, map),
+        None => {
+            let at = addr.checked_add(j.checked_mul(GRANULE)?)?;
+            let e = if map {
+                owners::entry(at)
+            } else {
+                owners::find(at)
+            };
+            e.map(owners::Entries::first)
+        }
     }
 }
 
+/// A fresh allocation of `size` bytes at `addr`: charged to the calling thread's tag, and
+/// recorded with its size. Not charged (no record) where the map cannot hold it. O(1).
+#[inline(always)]
+pub(crate) fn track(addr: usize, size: usize) {
+    write(addr, size, || counters::charge(size));
+}
+
+/// Records again an allocation of `size` bytes charged to `id` (a `realloc`'s, taken out
+/// while the inner allocator had it). `false` if the map cannot hold the record.
+#[inline(always)]
+pub(crate) fn put_back(addr: usize, id: u16, size: usize) -> bool {
+    write(addr, size, || id)
+}
+
+/// Records an allocation of `size` bytes at `addr` under the tag `id` gives, called only
+/// once the record is known to fit; `false` if it does not. Sizes below 64 KiB whose size
+/// entry sits in the first's table take the inline path.
+#[inline(always)]
+fn write(addr: usize, size: usize, id: impl FnOnce() -> u16) -> bool {
+    let Some(e) = owners::entry(addr) else {
+        return false;
+    };
+    if size < EXACT_BELOW {
+        let id = id();
+        e.first().store(first_entry(id, size as u16 + 1), Relaxed);
+        true
+    } else if size < THREE_WORDS_FROM
+        && let Some(w) = e.get(1)
+    {
+        let id = id();
+        w.store(size as u16, Relaxed);
+        e.first().store(first_entry(id, ONE_WORD), Relaxed);
+        true
+    } else {
+        write_slow(e, addr, size, id)
+    }
+}
+
+/// `write` for three size words, or words in the next leaf.
 #[cold]
 #[inline(never)]
-fn next_leaf_word(addr: usize, j: usize, map: bool) -> Option<&'static AtomicU16> {
-    let at = addr.checked_add(j.checked_mul(GRANULE)?)?;
-    let e = if map {
-        owners::entry(at)
-    } else {
-        owners::find(at)
-    };
-    e.map(owners::Entries::first)
-}
-
-/// Where the record of a new allocation of `size` bytes at `addr` goes, its tables mapped
-/// if need be; `None` if the map cannot hold it (then it is not tracked). O(1).
-#[inline(always)]
-pub(crate) fn place(addr: usize, size: usize) -> Option<Place> {
-    let e = owners::entry(addr)?;
+fn write_slow(e: owners::Entries, addr: usize, size: usize, id: impl FnOnce() -> u16) -> bool {
+    if (size as u64) >= TOO_LARGE {
+        return false;
+    }
+    let n = words_for(size);
     let mut words = [None; 3];
-    if size >= EXACT_BELOW {
-        let n = if size < THREE_WORDS_FROM {
-            1
-        } else if (size as u64) < TOO_LARGE {
-            3
-        } else {
-            return None;
-        };
-        for (j, w) in words.iter_mut().enumerate().take(n) {
-            *w = Some(word(e, addr, j + 1, true)?);
+    for (j, w) in words.iter_mut().enumerate().take(n) {
+        match word(e, addr, j + 1, true) {
+            Some(found) => *w = Some(found),
+            None => return false,
         }
     }
-    Some(Place {
-        first: e.first(),
-        words,
-    })
-}
-
-impl Place {
-    /// Records an allocation of `size` bytes (the size `place` was given) charged to `id`.
-    #[inline(always)]
-    pub(crate) fn store(self, id: u16, size: usize) {
-        let code = if size < EXACT_BELOW {
-            size as u16 + 1
-        } else if size < THREE_WORDS_FROM {
-            ONE_WORD
-        } else {
-            THREE_WORDS
-        };
-        let mut rest = size as u64;
-        for w in self.words.into_iter().flatten() {
-            w.store(rest as u16, Relaxed);
-            rest >>= 16;
-        }
-        self.first.store((id & ID_MASK) | code << ID_BITS, Relaxed);
+    let id = id();
+    let mut rest = size as u64;
+    for w in words.into_iter().flatten() {
+        w.store(rest as u16, Relaxed);
+        rest >>= 16;
     }
+    let code = if n == 1 { ONE_WORD } else { THREE_WORDS };
+    e.first().store(first_entry(id, code), Relaxed);
+    true
 }
 
 /// Takes the record of the live allocation at `addr` out of the map: the tag it was
@@ -133,25 +159,37 @@ pub(crate) fn take(addr: usize) -> Option<(u16, usize)> {
     }
     e.first().store(0, Relaxed);
     let (id, code) = (entry & ID_MASK, entry >> ID_BITS);
-    let size = match code {
-        ONE_WORD => take_words::<1>(e, addr),
-        THREE_WORDS => take_words::<3>(e, addr),
-        _ => usize::from(code - 1),
+    let size = if code < ONE_WORD {
+        usize::from(code - 1)
+    } else if code == ONE_WORD
+        && let Some(w) = e.get(1)
+    {
+        // A load and a store: only this allocation's owner writes it (no locked
+        // instruction on the free path).
+        let size = w.load(Relaxed);
+        w.store(0, Relaxed);
+        usize::from(size)
+    } else {
+        take_slow(e, addr, code)
     };
     Some((id, size))
 }
 
-/// Reads and clears the `N` size words after the first entry, low bits first.
-#[inline(always)]
-fn take_words<const N: usize>(e: owners::Entries, addr: usize) -> usize {
+/// Reads and clears the size words after the first entry (`code`'s one or three), low
+/// bits first.
+#[cold]
+#[inline(never)]
+fn take_slow(e: owners::Entries, addr: usize, code: u16) -> usize {
+    let n = if code == ONE_WORD { 1 } else { 3 };
     let mut size = 0u64;
-    for j in 0..N {
-        // Written with the first entry (`place` found or mapped each), so found now.
+    for j in 0..n {
+        // Written with the first entry (`track` found or mapped each), so found now.
         if let Some(w) = word(e, addr, j + 1, false) {
-            size |= u64::from(w.swap(0, Relaxed)) << (16 * j);
+            size |= u64::from(w.load(Relaxed)) << (16 * j);
+            w.store(0, Relaxed);
         }
     }
-    // Below 2^48 (`place`), and an allocation's size fits `usize`.
+    // Below 2^48 (`track`), and an allocation's size fits `usize`.
     size as usize
 }
 
@@ -176,7 +214,9 @@ mod tests {
         for (n, &size) in sizes.iter().enumerate() {
             let addr = far(n);
             let id = (counters::TAGS - 1 - n) as u16;
-            place(addr, size).unwrap().store(id, size);
+            let outer = counters::set_tag(id);
+            track(addr, size);
+            counters::set_tag(outer);
             assert_ne!(owners::find(addr).unwrap().first().load(Relaxed), 0);
             assert_eq!(take(addr), Some((id, size)), "size {size}");
             assert_eq!(take(addr), None, "taken");
@@ -189,8 +229,9 @@ mod tests {
 
     #[cfg(target_pointer_width = "64")]
     #[test]
-    fn sizes_of_2_to_the_48_or_more_are_not_tracked() {
-        assert!(place(far(100), 1 << 48).is_none());
+    fn sizes_of_2_to_the_48_or_more_are_not_recorded() {
+        track(far(100), 1 << 48);
+        assert_eq!(take(far(100)), None);
     }
 
     #[test]
@@ -200,7 +241,9 @@ mod tests {
         let span = 1usize << if cfg!(miri) { 16 } else { 22 };
         let addr = (far(200) | (span - 1)) + 1 - GRANULE;
         let size = 100_000;
-        place(addr, size).unwrap().store(5, size);
+        let outer = counters::set_tag(5);
+        track(addr, size);
+        counters::set_tag(outer);
         assert_eq!(take(addr), Some((5, size)));
         assert_eq!(
             owners::find(addr + GRANULE).map(|e| e.first().load(Relaxed)),
