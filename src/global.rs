@@ -101,7 +101,12 @@ pub fn global_pool_config() -> GlobalPoolConfig {
     CONFIG.lock().sizes
 }
 
+/// Creates a global pool, untagged (see `heap::untagged`): its state lives for the process.
 fn create(name: &'static str, size: fn(&GlobalPoolConfig) -> usize) -> MemoryPool {
+    crate::heap::untagged(|| create_tagless(name, size))
+}
+
+fn create_tagless(name: &'static str, size: fn(&GlobalPoolConfig) -> usize) -> MemoryPool {
     let mut c = CONFIG.lock();
     c.frozen.get_or_insert(name);
     let capacity = size(&c.sizes);

@@ -40,6 +40,25 @@ mod record;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 
+/// Runs `f` with the untagged line as the calling thread's heap tag; the tag before is
+/// current again after, also if `f` unwinds. For the crate's own bookkeeping that lives
+/// past the call (the global pools, the tag registry, a thread's scratch and thread-arena
+/// registrations, a `SharedArena`'s per-thread slots): made lazily by whichever call
+/// needs it first, it would otherwise be charged, for the rest of the process, to the
+/// scope that call happened to run in (and a long-lived vector's growth keeps the tag of
+/// its first allocation, since a `realloc` keeps its tag). O(1).
+pub(crate) fn untagged<R>(f: impl FnOnce() -> R) -> R {
+    /// Puts the tag back, on return or unwind.
+    struct Restore(u16);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            counters::set_tag(self.0);
+        }
+    }
+    let _restore = Restore(counters::set_tag(counters::UNTAGGED));
+    f()
+}
+
 /// A [`GlobalAlloc`] that charges every heap allocation to the calling thread's ledger tag
 /// (see [`ledger::scope`](crate::ledger::scope)) and passes it on to `A`. Install it as
 /// the global allocator; then [`ledger::snapshot`](crate::ledger::snapshot) shows, per

@@ -49,11 +49,14 @@ static PASSES: AtomicU64 = AtomicU64::new(0);
 
 /// The `with_scratch` owner.
 static WITH_SCRATCH: LazyLock<Arc<ScratchOwner>> = LazyLock::new(|| {
-    ScratchOwner::per_thread(
-        ArenaConfig::default()
-            .first_block(SCRATCH_FIRST_BLOCK)
-            .tag(crate::ledger::tags::WITH_SCRATCH),
-    )
+    // Made by the first `with_scratch`, kept for the process: untagged (`heap::untagged`).
+    crate::heap::untagged(|| {
+        ScratchOwner::per_thread(
+            ArenaConfig::default()
+                .first_block(SCRATCH_FIRST_BLOCK)
+                .tag(crate::ledger::tags::WITH_SCRATCH),
+        )
+    })
 });
 
 /// The first block of the crate's scratch arenas (`with_scratch`, the Bevy `Scratch` and
@@ -105,11 +108,14 @@ pub(crate) fn claim(owner: &Arc<ScratchOwner>) -> Option<NonNull<Slot>> {
         .try_with(|cell| {
             let stack = &cell
                 .get_or_init(|| {
-                    let stack = Arc::new(Stack {
-                        slots: Mutex::new(Vec::new()),
-                    });
-                    STACKS.lock().push(Arc::clone(&stack));
-                    Registered(stack)
+                    // The registry outlives the thread: untagged (`heap::untagged`).
+                    crate::heap::untagged(|| {
+                        let stack = Arc::new(Stack {
+                            slots: Mutex::new(Vec::new()),
+                        });
+                        STACKS.lock().push(Arc::clone(&stack));
+                        Registered(stack)
+                    })
                 })
                 .0;
             if Arc::ptr_eq(owner, &WITH_SCRATCH) {
@@ -158,14 +164,18 @@ fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>) -> NonNull<Slot> {
             return slot_ptr(&held.slot);
         }
     }
-    let slot = Slot::new_busy(owner.config, owner.id, NOT_RECLAIMED);
-    owner.note_thread_arena(&slot);
-    let claimed = slot_ptr(&slot);
-    slots.push(StackSlot {
-        slot,
-        owner: Arc::downgrade(owner),
-    });
-    claimed
+    // The crate's bookkeeping, kept past the scope that first needs it: untagged (see
+    // `heap::untagged`).
+    crate::heap::untagged(|| {
+        let slot = Slot::new_busy(owner.config, owner.id, NOT_RECLAIMED);
+        owner.note_thread_arena(&slot);
+        let claimed = slot_ptr(&slot);
+        slots.push(StackSlot {
+            slot,
+            owner: Arc::downgrade(owner),
+        });
+        claimed
+    })
 }
 
 /// Frees a claimed arena: resets it and makes it claimable again.
