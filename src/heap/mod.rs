@@ -5,11 +5,22 @@
 //! [`ledger::scope`](crate::ledger::scope) guard sets it; outside every scope it is the
 //! untagged line). A free must credit that same tag whichever thread frees it and whatever
 //! scope is current then, so the tag of every live allocation is kept in the **owner map**
-//! ([`owners`]), a radix tree keyed by the allocation's address: the pointer, the size and
-//! the alignment the inner allocator sees are the caller's (a request under 16 bytes is
-//! made 16), and the caller's bytes are the only bytes behind its pointer the allocator
-//! ever has. A `realloc` takes the entry out while the inner allocator has the memory and
+//! ([`owners`]), a table keyed by the allocation's address, with the size it was charged
+//! ([`record`]). The inner allocator sees the caller's pointer and size, and the caller's
+//! alignment raised to at least 16 (the map's granule: every allocation starts at a
+//! granule's start, so two never share one, and the entries after an allocation's first
+//! are its own, for its size). The size is the caller's so that the caller's bytes are the
+//! whole allocation: Miri's Stacked Borrows (its default) refuses a free through a pointer
+//! whose borrow covers less than the block (a size under 16 made 16 did that to every
+//! program). A `realloc` takes the record out while the inner allocator has the memory and
 //! puts it at the new address (or back at the old one if the move failed).
+//!
+//! **What was charged is credited.** `dealloc` credits, and gives the inner allocator back,
+//! the recorded size, not the size it is passed: an optimised build may fold
+//! `free(realloc(q, n))` into `free(q)` with the size `n` (seen in release with the raw
+//! `std::alloc` API: a 1 MiB block freed as 3 bytes, 1,048,573 bytes left on the tag for
+//! ever). An allocation the map could not record (outside the covered addresses, 2^48
+//! bytes or more, or made while tracking was off) is passed back with the caller's size.
 //!
 //! **Each byte once.** Pool blocks are the ledger's arena figures, never heap: heap-fallback
 //! blocks and (under Miri) pool regions come from `System` directly, not through the
@@ -33,6 +44,34 @@
 //! **Off.** [`ledger::set_heap_tracking(false)`](crate::ledger::set_heap_tracking) stops
 //! counting: allocations made then have no entry, and a free is right whichever way the
 //! switch was when its allocation was made.
+//!
+//! **What stays charged.** A tag's `heap_live` is what is live now of what was allocated in
+//! its scopes, whoever frees it. So an allocation made in a scope and kept by something
+//! that outlives the scope stays on the tag until freed, and a vector first allocated in a
+//! scope keeps that tag however it grows later, on any thread (a `realloc` keeps its tag).
+//! The crate's own lazily made bookkeeping (the global pools, the tag registry, the
+//! scratch and thread-arena registries, a `SharedArena`'s per-thread slots) is made
+//! untagged ([`untagged`]). What the runtime and dependencies make lazily, in whichever
+//! thread needs it first, is charged to that thread's scope and kept for the process;
+//! measured on Linux (the reproduction: short-lived threads, each allocating, using
+//! `with_scratch`, a thread arena and a `SharedArena` in a scope, or panicking while
+//! holding memory):
+//! - `parking_lot_core`'s parking table, made at the first contended lock (this crate's
+//!   locks are `parking_lot`'s) and replaced by one twice as large as more threads park at
+//!   once, the old ones kept: 16 buckets of 64 bytes and a 32-byte header first (1,056
+//!   bytes), then 2,080, 4,128, ...: it grows with the most threads alive at once, not
+//!   with the number of threads ever made, and stops once that stops rising;
+//! - with `RUST_BACKTRACE` set, std's symbolisation cache (the binary's parsed debug
+//!   information, 31 MB for a release build of an example with debug info), made at the
+//!   first panic that prints a backtrace;
+//! - under the test harness's output capture, each panic's message (and anything printed)
+//!   goes into the test's capture buffer, about 190 bytes a panic, live until the test
+//!   ends.
+//!
+//! Short-lived threads add nothing else: std's per-thread structures (a thread's handle
+//! and name, its thread-local destructor list) are freed when it ends, and credited to
+//! the scope they were made in (`tests/heap_threads.rs`: 256 threads, 50 of them
+//! panicking, leave the tag where it was).
 
 pub(crate) mod counters;
 pub(crate) mod owners;
@@ -83,9 +122,14 @@ pub(crate) fn untagged<R>(f: impl FnOnce() -> R) -> R {
 /// ```
 ///
 /// Any `GlobalAlloc` can be wrapped (`TrackingAllocator::new(mimalloc::MiMalloc)`). The
-/// inner allocator sees the caller's layouts (a size under 16 bytes made 16); the tags
-/// live in a table of the tracker's own, at most 2 bytes per 16 bytes of heap address
-/// space in use ([`ledger::heap_tracking_overhead`](crate::ledger::heap_tracking_overhead)).
+/// inner allocator sees the caller's sizes, with the alignment raised to at least 16
+/// bytes (with `System` on 64-bit Linux, a request under 16 bytes then goes to
+/// `posix_memalign` rather than `malloc`); the tags live in a table of the tracker's own,
+/// at most 2 bytes per 16 bytes of heap address space in use
+/// ([`ledger::heap_tracking_overhead`](crate::ledger::heap_tracking_overhead)). An inner
+/// allocator that hands out memory another tracker's allocation holds (a tracker over an
+/// arena carved from tracked memory) is not supported: both would write the map at the
+/// same addresses.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TrackingAllocator<A = System> {
     inner: A,

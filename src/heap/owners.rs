@@ -20,13 +20,15 @@
 //! over the address, like jemalloc's `rtree`: a static top table of mid tables, each of
 //! 4,096 leaves, each leaf the entries of 4 MiB of address space, mapped on first use.
 //! Which one is decided once, before the first entry is written, and never changes. An
-//! entry is `0` (no tracked allocation starts in the granule) or the tag's heap id + 1.
-//! Every allocation the tracker makes is at least 16 bytes, so two live allocations never
-//! start in one granule and an entry belongs to one allocation at a time. Tables are
-//! never given back: at most 2 bytes per 16 bytes of heap address space in use (1/8) are
-//! resident, much less where allocations are large.
+//! entry is `0` (no tracked allocation starts in the granule) or part of an allocation's
+//! record (`heap::record`: the tag and the size charged). Every allocation the tracker
+//! makes is aligned to at least 16 bytes, so it starts at a granule's start, two live
+//! allocations never start in one granule, and an entry belongs to one allocation at a
+//! time. Tables are never given back: at most 2 bytes per 16 bytes of heap address space
+//! in use (1/8) are resident, much less where allocations are large.
 //!
-//! **Who writes an entry.** The thread that owns the allocation starting in its granule:
+//! **Who writes an entry.** The thread that owns the allocation starting in its granule
+//! (or covering it, for an entry that holds part of that allocation's size):
 //! the allocating thread writes it before the pointer is handed out, the freeing thread
 //! clears it before the memory goes back to the inner allocator. Whatever orders the
 //! allocation's own hand-over between threads (the program's synchronisation, the inner
