@@ -128,8 +128,17 @@ pub fn global_pool_config() -> GlobalPoolConfig {
     CONFIG.lock().sizes
 }
 
+/// Creates a global pool, untagged (see `heap::untagged`): its state lives for the process.
 #[cold]
 fn create(
+    slot: &'static AtomicPtr<MemoryPool>,
+    name: &'static str,
+    size: fn(&GlobalPoolConfig) -> usize,
+) -> &'static MemoryPool {
+    crate::heap::untagged(|| create_tagless(slot, name, size))
+}
+
+fn create_tagless(
     slot: &'static AtomicPtr<MemoryPool>,
     name: &'static str,
     size: fn(&GlobalPoolConfig) -> usize,

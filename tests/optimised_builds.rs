@@ -54,6 +54,35 @@ fn a_spawned_thread_collects_in_a_scope_and_drops() {
     assert_eq!(live(), before, "whatever was allocated was credited back");
 }
 
+/// A shrinking `realloc` and the free right after it, through the raw `std::alloc` API:
+/// LLVM folds `free(realloc(q, n))` into `free(q)`, so in release the tracker sees the
+/// 1 MiB block freed with the new size (3 bytes). It credited the size it was given, and
+/// the tag kept 1,048,573 bytes for ever; it credits what it charged now.
+#[test]
+fn a_shrinking_realloc_then_free_gives_back_all_it_charged() {
+    let tag = "optimised/realloc";
+    let live = || ledger::snapshot().tag(tag).map_or(0, |f| f.heap_live);
+    let before = live();
+    {
+        let _s = ledger::scope(tag);
+        shrink_then_free(black_box(1 << 20));
+    }
+    assert_eq!(live(), before, "the block's bytes were credited back");
+}
+
+#[inline(never)]
+fn shrink_then_free(size: usize) {
+    use std::alloc::{Layout, alloc, dealloc, realloc};
+    let big = Layout::from_size_align(size, 8).unwrap();
+    let small = Layout::from_size_align(3, 8).unwrap();
+    // SAFETY: a non-zero layout; each pointer is freed once, with its layout.
+    unsafe {
+        let q = black_box(alloc(big));
+        let r = realloc(q, big, 3);
+        dealloc(r, small);
+    }
+}
+
 #[cfg(feature = "bevy")]
 mod bevy_app {
     //! After Bevy's own `many_components` stress test, smaller: entities with components

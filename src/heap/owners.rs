@@ -20,13 +20,15 @@
 //! over the address, like jemalloc's `rtree`: a static top table of mid tables, each of
 //! 4,096 leaves, each leaf the entries of 4 MiB of address space, mapped on first use.
 //! Which one is decided once, before the first entry is written, and never changes. An
-//! entry is `0` (no tracked allocation starts in the granule) or the tag's heap id + 1.
-//! Every allocation the tracker makes is at least 16 bytes, so two live allocations never
-//! start in one granule and an entry belongs to one allocation at a time. Tables are
-//! never given back: at most 2 bytes per 16 bytes of heap address space in use (1/8) are
-//! resident, much less where allocations are large.
+//! entry is `0` (no tracked allocation starts in the granule) or part of an allocation's
+//! record (`heap::record`: the tag and the size charged). Every allocation the tracker
+//! makes is aligned to at least 16 bytes, so it starts at a granule's start, two live
+//! allocations never start in one granule, and an entry belongs to one allocation at a
+//! time. Tables are never given back: at most 2 bytes per 16 bytes of heap address space
+//! in use (1/8) are resident, much less where allocations are large.
 //!
-//! **Who writes an entry.** The thread that owns the allocation starting in its granule:
+//! **Who writes an entry.** The thread that owns the allocation starting in its granule
+//! (or covering it, for an entry that holds part of that allocation's size):
 //! the allocating thread writes it before the pointer is handed out, the freeing thread
 //! clears it before the memory goes back to the inner allocator. Whatever orders the
 //! allocation's own hand-over between threads (the program's synchronisation, the inner
@@ -37,6 +39,7 @@
 //! Nothing here allocates through the global allocator, takes a lock or runs user code:
 //! it is called from inside `alloc`.
 
+use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU16, AtomicUsize};
 
@@ -81,8 +84,11 @@ type Mid = [AtomicPtr<Leaf>; MID_LEN];
 /// Whether the flat table can be had here (see the module docs).
 const FLAT_POSSIBLE: bool = vm::TOUCH_BACKS && usize::BITS == 64;
 
-/// Bytes of the flat table: 2 per granule of the covered address space.
-const FLAT_BYTES: usize = (1usize << ADDR_BITS.saturating_sub(GRANULE_SHIFT)) * 2;
+/// Entries of the flat table: one per granule of the covered address space.
+const FLAT_ENTRIES: usize = 1usize << ADDR_BITS.saturating_sub(GRANULE_SHIFT);
+
+/// Bytes of the flat table: 2 per entry.
+const FLAT_BYTES: usize = FLAT_ENTRIES * 2;
 
 /// The flat table, once it is the map's shape; null otherwise.
 static FLAT: AtomicPtr<AtomicU16> = AtomicPtr::new(std::ptr::null_mut());
@@ -129,28 +135,77 @@ fn leaf_index(a: u64) -> usize {
     (a >> GRANULE_SHIFT) as usize & (LEAF_LEN - 1)
 }
 
-/// The entry of the granule `addr` starts in, if the map has one for it. O(1): the flat
-/// table's base and the entry, or three loads down the tree.
+/// Entries of the map: the one of a granule and those after it in the same table, which
+/// a pointer with the table's provenance reaches (a leaf of the tree ends the run; the
+/// flat table does not).
+#[derive(Clone, Copy)]
+pub(crate) struct Entries {
+    first: NonNull<AtomicU16>,
+    /// Entries from `first` to the end of its table: at least 1.
+    len: usize,
+}
+
+impl Entries {
+    /// The entry `j` granules after the first, if it sits in the same table.
+    #[inline(always)]
+    pub(crate) fn get(self, j: usize) -> Option<&'static AtomicU16> {
+        // SAFETY: `first` and the `len - 1` entries after it lie in one table of the
+        // map (see `find`), which lives for the rest of the process; `first` carries
+        // the whole table's provenance.
+        (j < self.len).then(|| unsafe { &*self.first.as_ptr().add(j) })
+    }
+
+    /// The first entry.
+    #[inline(always)]
+    pub(crate) fn first(self) -> &'static AtomicU16 {
+        // SAFETY: as in `get`, with `len >= 1`.
+        unsafe { &*self.first.as_ptr() }
+    }
+}
+
+/// The entry of the granule `addr` starts in (and those after it in its table), if the
+/// map has one for it. O(1): the flat table's base and the entry, or three loads down the
+/// tree.
 #[inline(always)]
-pub(crate) fn find(addr: usize) -> Option<&'static AtomicU16> {
+pub(crate) fn find(addr: usize) -> Option<Entries> {
     let a = key(addr)?;
     if FLAT_POSSIBLE {
         let flat = FLAT.load(Acquire);
-        if !flat.is_null() {
+        if let Some(flat) = NonNull::new(flat) {
+            let g = (a >> GRANULE_SHIFT) as usize;
             // SAFETY: a non-null `FLAT` is a table of an entry per granule below
             // 2^ADDR_BITS, reserved (and usable as reserved) before its `Release`
-            // publication, never freed; `key` keeps `a` below 2^ADDR_BITS.
-            return Some(unsafe { &*flat.add((a >> GRANULE_SHIFT) as usize) });
+            // publication, never freed; `key` keeps `a` below 2^ADDR_BITS, so `g` is
+            // one of its entries. `add` keeps the table's provenance.
+            let first = unsafe { flat.add(g) };
+            return Some(Entries {
+                first,
+                len: FLAT_ENTRIES - g,
+            });
         }
     }
     tree_find(a)
 }
 
-/// The tree's entry for `a`, if its leaf exists. Each step borrows one entry of a table,
-/// never the table whole (Miri would check a borrow of a whole 512 KiB leaf at every
-/// lookup).
+/// The entries of the leaf from `a`'s on. A pointer to the entry, with the leaf's
+/// provenance, is derived without borrowing the leaf whole (Miri would check a borrow of
+/// a whole 512 KiB leaf at every lookup).
 #[inline(always)]
-fn tree_find(a: u64) -> Option<&'static AtomicU16> {
+fn leaf_entries(leaf: *mut Leaf, a: u64) -> Entries {
+    let i = leaf_index(a);
+    // SAFETY: `leaf` is a published leaf (mapped, never freed); `i < LEAF_LEN`. The
+    // place is indexed in place: no reference to the leaf is made.
+    let first = unsafe { NonNull::new_unchecked(&raw mut (*leaf)[i]) };
+    Entries {
+        first,
+        len: LEAF_LEN - i,
+    }
+}
+
+/// The tree's entries for `a`, if its leaf exists. Each step borrows one entry of a
+/// table, never the table whole.
+#[inline(always)]
+fn tree_find(a: u64) -> Option<Entries> {
     let mid = TOP[top_index(a)].load(Acquire);
     if mid.is_null() {
         return None;
@@ -161,8 +216,7 @@ fn tree_find(a: u64) -> Option<&'static AtomicU16> {
     if leaf.is_null() {
         return None;
     }
-    // SAFETY: as for the mid table: a published leaf lives for the rest of the process.
-    Some(unsafe { &(*leaf)[leaf_index(a)] })
+    Some(leaf_entries(leaf, a))
 }
 
 /// The entry of the granule `addr` starts in, its tables mapped if need be. `None` if
@@ -170,7 +224,7 @@ fn tree_find(a: u64) -> Option<&'static AtomicU16> {
 /// tracked. O(1); the first call decides the map's shape, and in the tree the first use
 /// of a 4 MiB span maps its leaf.
 #[inline(always)]
-pub(crate) fn entry(addr: usize) -> Option<&'static AtomicU16> {
+pub(crate) fn entry(addr: usize) -> Option<Entries> {
     match find(addr) {
         Some(e) => Some(e),
         None => entry_slow(addr),
@@ -179,7 +233,7 @@ pub(crate) fn entry(addr: usize) -> Option<&'static AtomicU16> {
 
 #[cold]
 #[inline(never)]
-fn entry_slow(addr: usize) -> Option<&'static AtomicU16> {
+fn entry_slow(addr: usize) -> Option<Entries> {
     let a = key(addr)?;
     if shape() == IS_FLAT {
         return find(addr);
@@ -188,12 +242,11 @@ fn entry_slow(addr: usize) -> Option<&'static AtomicU16> {
 }
 
 /// The tree's entry for `a`, its mid table and leaf mapped if need be.
-fn tree_entry(a: u64) -> Option<&'static AtomicU16> {
+fn tree_entry(a: u64) -> Option<Entries> {
     let mid = published(&TOP[top_index(a)])?;
     // SAFETY: `published` returns a mapped table that is never freed.
     let leaf = published(unsafe { &(*mid)[mid_index(a)] })?;
-    // SAFETY: as above.
-    Some(unsafe { &(*leaf)[leaf_index(a)] })
+    Some(leaf_entries(leaf, a))
 }
 
 /// The map's shape, decided by the first caller: flat if the flat table can be had, the
@@ -296,16 +349,16 @@ mod tests {
         let base = (1usize << 39) + 0x3456_0000;
         #[cfg(not(target_pointer_width = "64"))]
         let base = 0xE000_0000usize;
-        let e0 = entry(base).unwrap() as *const AtomicU16;
-        let e1 = entry(base + GRANULE).unwrap() as *const AtomicU16;
-        let e0b = entry(base + GRANULE - 1).unwrap() as *const AtomicU16;
+        let e0 = entry(base).unwrap().first() as *const AtomicU16;
+        let e1 = entry(base + GRANULE).unwrap().first() as *const AtomicU16;
+        let e0b = entry(base + GRANULE - 1).unwrap().first() as *const AtomicU16;
         assert_eq!(e0, e0b, "one granule, one entry");
         assert_ne!(e0, e1);
-        assert_eq!(find(base).map(|e| e as *const _), Some(e0));
+        assert_eq!(find(base).map(|e| e.first() as *const _), Some(e0));
         let far = base + (1 << LEAF_SHIFT) * 3;
         match shape() {
             // The flat table has every entry, empty until written.
-            IS_FLAT => assert_eq!(find(far).map(|e| e.load(Relaxed)), Some(0)),
+            IS_FLAT => assert_eq!(find(far).map(|e| e.first().load(Relaxed)), Some(0)),
             // A span nothing has touched has no leaf: a lookup maps nothing.
             _ => assert!(find(far).is_none()),
         }
@@ -324,22 +377,28 @@ mod tests {
         let a = 0xD000_0000u64;
         let far = a + (1 << LEAF_SHIFT) * 5;
         assert!(tree_find(far).is_none(), "nothing mapped there yet");
-        let e = tree_entry(a).unwrap() as *const AtomicU16;
-        assert_eq!(tree_find(a).map(|e| e as *const _), Some(e));
-        let next = tree_entry(a + GRANULE as u64).unwrap() as *const AtomicU16;
+        let e = tree_entry(a).unwrap().first() as *const AtomicU16;
+        assert_eq!(tree_find(a).map(|e| e.first() as *const _), Some(e));
+        let next = tree_entry(a + GRANULE as u64).unwrap().first() as *const AtomicU16;
         assert_eq!(
             next,
             e.wrapping_add(1),
             "neighbouring granules, neighbouring entries"
         );
         assert!(tree_find(far).is_none(), "only the leaf used is mapped");
+        // The run of entries reachable from one ends with its leaf.
+        let leaf_end = (a | ((1 << LEAF_SHIFT) - 1)) + 1;
+        let last = tree_entry(leaf_end - GRANULE as u64).unwrap();
+        assert!(last.get(0).is_some() && last.get(1).is_none());
+        let e = tree_find(a).unwrap();
+        assert_eq!(e.get(1).map(|e| e as *const _), Some(next));
     }
 
     #[cfg(all(target_os = "linux", not(miri)))]
     #[test]
     fn on_linux_the_flat_table_is_had_and_only_what_is_touched_is_resident() {
         // Far from any heap this test binary uses; writing the empty entry touches its page.
-        entry(0x7000_1234_0000).unwrap().store(0, Relaxed);
+        entry(0x7000_1234_0000).unwrap().first().store(0, Relaxed);
         if std::env::var_os("NEBULA_UNDER_VALGRIND").is_some() {
             // Valgrind refuses a reservation this large: the map is the tree there (which
             // is what the refusal must give).

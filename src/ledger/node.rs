@@ -122,8 +122,11 @@ pub(crate) fn check_tag(field: &str, tag: &str) {
 
 /// The node of `path`, created (with its parents) on first use. O(tags).
 pub(crate) fn node(path: &'static str) -> &'static TagNode {
-    let mut registry = REGISTRY.lock();
-    intern(&mut registry, path)
+    // The registry and its nodes live for the process: untagged (see `heap::untagged`).
+    crate::heap::untagged(|| {
+        let mut registry = REGISTRY.lock();
+        intern(&mut registry, path)
+    })
 }
 
 /// [`node`] for a spelling that is not `'static` (a name made at run time): the spelling
@@ -131,11 +134,13 @@ pub(crate) fn node(path: &'static str) -> &'static TagNode {
 /// O(tags).
 #[cfg_attr(not(feature = "bevy"), allow(dead_code))]
 pub(crate) fn node_named(path: &str) -> &'static TagNode {
-    let mut registry = REGISTRY.lock();
-    match find(&registry, path) {
-        Some(n) => n,
-        None => intern(&mut registry, Box::leak(path.to_owned().into_boxed_str())),
-    }
+    crate::heap::untagged(|| {
+        let mut registry = REGISTRY.lock();
+        match find(&registry, path) {
+            Some(n) => n,
+            None => intern(&mut registry, Box::leak(path.to_owned().into_boxed_str())),
+        }
+    })
 }
 
 /// The heap counts of exactly the tag `path` (not its children's), ever: allocation calls,
@@ -347,11 +352,14 @@ impl TagNode {
 
     /// Registers an arena that charges to this tag; its slot carries what it publishes.
     pub(crate) fn register_arena(&'static self) -> Arc<UsedSlot> {
-        let slot = Arc::new(UsedSlot::default());
-        let mut arenas = self.arenas.lock();
-        arenas.retain(|w| w.strong_count() > 0);
-        arenas.push(Arc::downgrade(&slot));
-        slot
+        // The list outlives the arena that grows it: untagged (see `heap::untagged`).
+        crate::heap::untagged(|| {
+            let slot = Arc::new(UsedSlot::default());
+            let mut arenas = self.arenas.lock();
+            arenas.retain(|w| w.strong_count() > 0);
+            arenas.push(Arc::downgrade(&slot));
+            slot
+        })
     }
 
     /// Charges `bytes` to this tag and its parents before a block is taken: refused with

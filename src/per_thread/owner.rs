@@ -127,8 +127,12 @@ impl ScratchOwner {
                 return Arc::clone(slot);
             }
         }
-        let slot = Slot::new_busy(self.config, self.id, claimed_in);
-        list.push(Arc::clone(&slot));
+        // Kept by the owner past this claim's scope: untagged (see `heap::untagged`).
+        let slot = crate::heap::untagged(|| {
+            let slot = Slot::new_busy(self.config, self.id, claimed_in);
+            list.push(Arc::clone(&slot));
+            slot
+        });
         self.shared_arenas.store(list.len(), Relaxed);
         slot
     }
@@ -144,9 +148,11 @@ impl ScratchOwner {
             return;
         };
         let mut list = list.lock();
-        while list.len() < arenas {
-            list.push(Slot::new_free(self.config, self.id));
-        }
+        crate::heap::untagged(|| {
+            while list.len() < arenas {
+                list.push(Slot::new_free(self.config, self.id));
+            }
+        });
         self.shared_arenas.store(list.len(), Relaxed);
     }
 

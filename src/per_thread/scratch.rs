@@ -50,11 +50,14 @@ static PASSES: AtomicU64 = AtomicU64::new(0);
 fn with_scratch_owner() -> &'static Arc<ScratchOwner> {
     static OWNER: Global<Arc<ScratchOwner>> = Global::new();
     OWNER.get_or_init(|| {
-        ScratchOwner::per_thread(
-            ArenaConfig::default()
-                .first_block_default(SCRATCH_FIRST_BLOCK)
-                .tag(crate::ledger::tags::WITH_SCRATCH),
-        )
+        // Made by the first `with_scratch`, kept for the process: untagged (`heap::untagged`).
+        crate::heap::untagged(|| {
+            ScratchOwner::per_thread(
+                ArenaConfig::default()
+                    .first_block_default(SCRATCH_FIRST_BLOCK)
+                    .tag(crate::ledger::tags::WITH_SCRATCH),
+            )
+        })
     })
 }
 
@@ -107,11 +110,14 @@ pub(crate) fn claim(owner: &Arc<ScratchOwner>) -> Option<NonNull<Slot>> {
         .try_with(|cell| {
             let stack = &cell
                 .get_or_init(|| {
-                    let stack = Arc::new(Stack {
-                        slots: BoxedLock::new(Level::Stack, Vec::new()),
-                    });
-                    STACKS.lock().push(Arc::clone(&stack));
-                    Registered(stack)
+                    // The registry outlives the thread: untagged (`heap::untagged`).
+                    crate::heap::untagged(|| {
+                        let stack = Arc::new(Stack {
+                            slots: BoxedLock::new(Level::Stack, Vec::new()),
+                        });
+                        STACKS.lock().push(Arc::clone(&stack));
+                        Registered(stack)
+                    })
                 })
                 .0;
             if Arc::ptr_eq(owner, with_scratch_owner()) {
@@ -160,14 +166,18 @@ fn claim_in(stack: &Stack, owner: &Arc<ScratchOwner>) -> NonNull<Slot> {
             return slot_ptr(&held.slot);
         }
     }
-    let slot = Slot::new_busy(owner.config, owner.id, NOT_RECLAIMED);
-    owner.note_thread_arena(&slot);
-    let claimed = slot_ptr(&slot);
-    slots.push(StackSlot {
-        slot,
-        owner: Arc::downgrade(owner),
-    });
-    claimed
+    // The crate's bookkeeping, kept past the scope that first needs it: untagged (see
+    // `heap::untagged`).
+    crate::heap::untagged(|| {
+        let slot = Slot::new_busy(owner.config, owner.id, NOT_RECLAIMED);
+        owner.note_thread_arena(&slot);
+        let claimed = slot_ptr(&slot);
+        slots.push(StackSlot {
+            slot,
+            owner: Arc::downgrade(owner),
+        });
+        claimed
+    })
 }
 
 /// Frees a claimed arena: resets it and makes it claimable again.

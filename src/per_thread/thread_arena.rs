@@ -276,7 +276,8 @@ pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
     THREAD_ARENA
         .try_with(|cell| match cell.get() {
             Some(mine) => mine.0.alloc(layout),
-            None => {
+            // Registered past the scope that first needs it: untagged (`heap::untagged`).
+            None => crate::heap::untagged(|| {
                 let capacity = THREAD_ARENA_CAPACITY.load(Relaxed);
                 // In use is capped at `capacity` (see `alloc`); held at what growth may
                 // take for that: the first block plus one of `capacity`, and headers.
@@ -295,8 +296,10 @@ pub fn thread_arena_alloc(layout: Layout) -> Option<NonNull<u8>> {
                     reporting: Cell::new(false),
                 });
                 REGISTRY.lock().push(Arc::clone(&mine));
-                cell.get_or_init(|| Registered(mine)).0.alloc(layout)
-            }
+                cell.get_or_init(|| Registered(mine))
+            })
+            .0
+            .alloc(layout),
         })
         .ok()
         .flatten()

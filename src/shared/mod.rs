@@ -346,11 +346,15 @@ impl<'pool> SharedArena<'pool> {
             let claim = self.claim_late_part();
             return f(&claim.slot.part.0);
         }
-        let slot = self.slots.get_or(|| {
-            Slot(
-                MemoryArena::with_config(self.pool, self.config),
-                IdleResets::default(),
-            )
+        // The slot and the `thread_local` crate's bucket it may start outlive the scope
+        // this call runs in: untagged (see `heap::untagged`).
+        let slot = crate::heap::untagged(|| {
+            self.slots.get_or(|| {
+                Slot(
+                    MemoryArena::with_config(self.pool, self.config),
+                    IdleResets::default(),
+                )
+            })
         });
         // Touching the guard after `get_or` registers its destructor after the thread-id
         // guard's (see `LastGuard`). If it is already being destroyed the slot is still
