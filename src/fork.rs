@@ -39,7 +39,9 @@
 //! while the crate holds one of its locks on the calling thread. The handlers are
 //! installed at the first registration; a fork racing that very first one may miss them.
 //! Unix only: Windows and the web have no `fork`. Under Miri, locks register but no
-//! handler is installed (Miri has no `fork`).
+//! handler is installed (Miri has no `fork`). The lists of locks live for the process, so
+//! their growth is charged to no heap scope (`heap::untagged`), nor is a `Global`'s value:
+//! the module's one import from the crate.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
@@ -131,7 +133,8 @@ fn acquire<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 fn register(level: Level, gate: Gate) {
     if cfg!(unix) {
         install(); // before the list: `pthread_atfork` waits for a fork under way
-        acquire(&MEMBERS[level as usize]).push(gate);
+        // The lists live for the process: charged to no heap scope (`heap::untagged`).
+        crate::heap::untagged(|| acquire(&MEMBERS[level as usize]).push(gate));
     }
 }
 
@@ -187,7 +190,7 @@ impl<T> Lock<T> {
         let mut list = acquire(&MEMBERS[self.level as usize]);
         if !self.registered.load(Acquire) {
             if cfg!(unix) {
-                list.push(Gate::Mutex(&self.gate));
+                crate::heap::untagged(|| list.push(Gate::Mutex(&self.gate)));
             }
             self.registered.store(true, Release);
         }
@@ -285,7 +288,7 @@ impl<T> RwLockStatic<T> {
             let mut list = acquire(&MEMBERS[self.level as usize]);
             if !self.registered.load(Acquire) {
                 if cfg!(unix) {
-                    list.push(Gate::RwLock(&self.gate));
+                    crate::heap::untagged(|| list.push(Gate::RwLock(&self.gate)));
                 }
                 self.registered.store(true, Release);
             }
@@ -386,7 +389,8 @@ impl<T: Send + Sync> Global<T> {
             // SAFETY: as in `get_or_init`.
             return unsafe { &*p };
         }
-        let value: &'static T = Box::leak(Box::new(make()));
+        // Kept for the process: charged to no heap scope (`heap::untagged`).
+        let value: &'static T = crate::heap::untagged(|| Box::leak(Box::new(make())));
         self.value.store(ptr::from_ref(value).cast_mut(), Release);
         value
     }
