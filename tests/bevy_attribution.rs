@@ -223,8 +223,12 @@ fn exact(threads: usize) {
         threads,
         "the compute pool's size"
     );
-    // The first frames initialize the systems (charged to their lines) and warm buffers up.
-    for _ in 0..3 {
+    // The first frames initialize the systems (charged to their lines) and warm buffers up:
+    // among them each thread's span stack in `tracing-subscriber`'s registry, which grows
+    // (allocates) the first time a thread enters spans that deep, in whichever system's
+    // scope it is then (3 frames of warm-up left it to frame 2 or 4 on 8 threads, 3 runs
+    // in 25 under load).
+    for _ in 0..30 {
         app.update();
     }
     for s in [&PLAIN, &BATCHED, &KEEPER, &SPIKY, &PING, &PONG] {
