@@ -24,8 +24,8 @@
 //! into a `String`). The program's `fn main` is renamed and called from a `main` of ours,
 //! which checks that the checks ran.
 //!
-//! Ignored in an ordinary `cargo test`: the release build of the real `bevy` (about
-//! N s cold on two cores) is `.ci/run`'s step of its own,
+//! Ignored in an ordinary `cargo test`: the release build of the real `bevy` (two to three
+//! minutes cold on two cores) is `.ci/run`'s step of its own,
 //! `cargo test --release --test bevy_examples -- --ignored`, which installs the toolchain.
 //! The build's target directory is under the test target's temporary directory: the
 //! second run builds nothing. Not run under the sanitizers or valgrind (they would rebuild
