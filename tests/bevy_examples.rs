@@ -167,8 +167,8 @@ mod nebula_check {{
         let threads = bevy::tasks::ComputeTaskPool::get().thread_num();
         assert_eq!(threads, THREADS, \"the compute pool's threads\");
         let record = AllocationCheck::frames({FRAMES}).run(&mut app);
-        let ledger = nebula_memory::ledger::snapshot();
-        println!(\"---- the ledger after the checked frames ----\\n{{ledger}}\");
+        let ledger = app.world().resource::<nebula_memory::bevy::MemoryLedger>();
+        println!(\"---- the ledger's last checked frame ----\\n{{ledger}}\");
         for (system, allocs) in SYSTEMS {{
             // Each panics if the system has no line (the message lists the lines).
             record.assert_not_growing(system);
