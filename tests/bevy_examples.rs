@@ -1,22 +1,35 @@
-//! Bevy's own example programs, not written for this crate, run with the heap tracker and
-//! `MemoryPlugin`, built in release: what a Bevy user who adds the two lines gets.
+//! Bevy's own example programs, not written for this crate, built against the real `bevy`
+//! crate in release with the heap tracker and `MemoryPlugin`: what a Bevy user who adds
+//! the two lines gets, checked with the allocation assertions (`AllocationCheck`).
 //!
 //! The programs are examples from Bevy 0.20.1's repository (`examples/ecs/`), read from
 //! the `bevy` package Cargo downloads (`cargo info bevy@0.20.1` fetches it into Cargo's
-//! cache if it is not there yet); nothing of them is kept in this repository. The `bevy`
-//! crate itself needs a newer rustc than this crate's, so they are compiled against a
-//! small stand-in written here, a `bevy` whose prelude is the same Bevy crates' (bevy_app,
-//! bevy_ecs, bevy_utils) at the versions this crate uses.
+//! cache if it is not there yet); nothing of them is kept in this repository. They are
+//! built in a package of their own, written under the test target's temporary directory,
+//! that depends on `bevy` 0.20.1 (default features off; `std` and `multi_threaded`, all
+//! the two programs need) and on this crate by path. That `bevy` declares `rust-version`
+//! 1.97.1, newer than this crate's 1.95, so the package is built with the toolchain in
+//! `NEBULA_BEVY_TOOLCHAIN` (default `1.97.1`, through rustup:
+//! `rustup toolchain install 1.97.1 --profile minimal`).
 //!
-//! Each program gets only what a user adds: `MemoryPlugin` on its `App`, and the tracker
-//! as its global allocator. To read the ledger after the app has run, its `fn main` is
-//! renamed and called from a `main` of ours, which then checks that every system of the
-//! program has a line of its own and prints the ledger's table.
+//! Each program's text is kept but for what a user adds, `MemoryPlugin` on its `App` and
+//! the tracker as its global allocator, and one plugin of the test's (`ExampleCheck`,
+//! added where the program makes its `App`, before `MemoryPlugin`): it gives the app a
+//! compute pool of 8 threads (`TaskPoolPlugin`), and a runner, so that the program's own
+//! `App::run()` runs the app frame by frame under `AllocationCheck` (3 frames of warm-up,
+//! then 10 recorded) instead of Bevy's default single frame. The runner then prints the
+//! ledger's table and asserts, for every system of the program, that it has a line, that
+//! its live heap does not keep growing and that it makes no more heap allocations a frame
+//! than listed in `EXAMPLES` (none, or one where it prints an `Entity`: Bevy formats it
+//! into a `String`). The program's `fn main` is renamed and called from a `main` of ours,
+//! which checks that the checks ran.
 //!
-//! Slow the first time (a release build of Bevy's ECS, about two minutes on two cores),
-//! then cached under the test target's temporary directory. Not run under the sanitizers
-//! or valgrind (they would rebuild it all instrumented, and the programs run natively
-//! anyway).
+//! Ignored in an ordinary `cargo test`: the release build of the real `bevy` (two to three
+//! minutes cold on two cores) is `.ci/run`'s step of its own,
+//! `cargo test --release --test bevy_examples -- --ignored`, which installs the toolchain.
+//! The build's target directory is under the test target's temporary directory: the
+//! second run builds nothing. Not run under the sanitizers or valgrind (they would rebuild
+//! it all instrumented, and the programs run natively anyway).
 
 #![cfg(all(feature = "bevy", not(target_family = "wasm"), not(miri)))]
 
@@ -26,27 +39,30 @@ use std::process::Command;
 const BEVY: &str = "bevy-0.20.1";
 
 /// A Bevy example: its path in the package, and its systems (the lines the ledger must
-/// have).
+/// have), each with the heap allocations it may make a frame after the warm-up.
 struct Example {
     file: &'static str,
-    systems: &'static [&'static str],
+    systems: &'static [(&'static str, u64)],
 }
 
+/// Bevy's `Display` for `Entity` formats into a `String` first (`bevy_ecs::entity`,
+/// `f.pad(&format!(..))`): each printing system prints one entity a frame, so one heap
+/// allocation of a few bytes a frame; the checks found it.
 const EXAMPLES: [Example; 2] = [
     Example {
         file: "examples/ecs/custom_query_param.rs",
         systems: &[
-            "spawn",
-            "print_components_read_only",
-            "print_components_iter_mut",
-            "print_components_iter",
-            "print_components_tuple",
-            "print_components_contiguous_iter",
+            ("spawn", 0),
+            ("print_components_read_only", 1),
+            ("print_components_iter_mut", 1),
+            ("print_components_iter", 1),
+            ("print_components_tuple", 1),
+            ("print_components_contiguous_iter", 1),
         ],
     },
     Example {
         file: "examples/ecs/system_param.rs",
-        systems: &["spawn", "count_players"],
+        systems: &[("spawn", 0), ("count_players", 0)],
     },
 ];
 
@@ -78,20 +94,23 @@ fn bevy_archive() -> PathBuf {
     find().expect("the bevy package in Cargo's cache after cargo info")
 }
 
-/// The example's text, as the user would add the two lines: `MemoryPlugin` on the app and
-/// the tracker as the global allocator; then a `main` of ours around theirs.
-fn instrumented(source: &str, systems: &[&str]) -> String {
+/// The example's text with what a user adds, `MemoryPlugin` on the app and the tracker as
+/// the global allocator, and the test's `ExampleCheck` plugin (8 compute threads; a runner
+/// that runs the app frame by frame under `AllocationCheck` and asserts on every system's
+/// line); then a `main` of ours around theirs.
+fn instrumented(source: &str, systems: &[(&str, u64)]) -> String {
     assert_eq!(source.matches("fn main()").count(), 1, "one main");
     assert_eq!(source.matches("App::new()").count(), 1, "one app");
     let program = source
         .replace("fn main()", "fn bevy_example_main()")
         .replace(
             "App::new()",
-            "App::new().add_plugins(nebula_memory::bevy::MemoryPlugin::default())",
+            "App::new()\n        .add_plugins(nebula_check::ExampleCheck)\n        \
+             .add_plugins(nebula_memory::bevy::MemoryPlugin::default())",
         );
     let expected = systems
         .iter()
-        .map(|s| format!("{s:?}"))
+        .map(|(s, allocs)| format!("({s:?}, {allocs})"))
         .collect::<Vec<_>>()
         .join(", ");
     format!(
@@ -102,32 +121,85 @@ fn instrumented(source: &str, systems: &[&str]) -> String {
 static NEBULA_HEAP: nebula_memory::TrackingAllocator =
     nebula_memory::TrackingAllocator::new(std::alloc::System);
 
+mod nebula_check {{
+    use std::sync::atomic::{{AtomicBool, Ordering}};
+
+    use bevy::app::{{
+        App, AppExit, Plugin, PluginsState, TaskPoolOptions, TaskPoolPlugin,
+        TaskPoolThreadAssignmentPolicy,
+    }};
+    use nebula_memory::bevy::{{AllocationCheck, tag_task_pool_threads}};
+
+    const THREADS: usize = {THREADS};
+    /// Each system, and the heap allocations it may make a frame.
+    const SYSTEMS: [(&str, u64); {count}] = [{expected}];
+    pub static CHECKED: AtomicBool = AtomicBool::new(false);
+
+    /// A compute pool of {THREADS} threads, and a runner that runs the app under the checks.
+    pub struct ExampleCheck;
+
+    impl Plugin for ExampleCheck {{
+        fn build(&self, app: &mut App) {{
+            let compute = TaskPoolThreadAssignmentPolicy {{
+                min_threads: THREADS,
+                max_threads: THREADS,
+                percent: 1.0,
+                on_thread_spawn: None,
+                on_thread_destroy: None,
+            }};
+            app.add_plugins(TaskPoolPlugin {{
+                task_pool_options: tag_task_pool_threads(TaskPoolOptions {{
+                    compute,
+                    ..Default::default()
+                }}),
+            }});
+            app.set_runner(runner);
+        }}
+    }}
+
+    /// Bevy's `run_once`, but {FRAMES} recorded frames after the warm-up, then the checks.
+    fn runner(mut app: App) -> AppExit {{
+        while app.plugins_state() == PluginsState::Adding {{
+            bevy::tasks::tick_global_task_pools_on_main_thread();
+        }}
+        app.finish();
+        app.cleanup();
+        let threads = bevy::tasks::ComputeTaskPool::get().thread_num();
+        assert_eq!(threads, THREADS, \"the compute pool's threads\");
+        let record = AllocationCheck::frames({FRAMES}).run(&mut app);
+        let ledger = app.world().resource::<nebula_memory::bevy::MemoryLedger>();
+        println!(\"---- the ledger's last checked frame ----\\n{{ledger}}\");
+        for (system, allocs) in SYSTEMS {{
+            // Each panics if the system has no line (the message lists the lines).
+            record.assert_not_growing(system);
+            if allocs == 0 {{
+                record.assert_no_allocations(system);
+            }} else {{
+                record.assert_allocs_at_most(system, allocs);
+                record.assert_bytes_at_most(system, 64 * allocs as usize);
+            }}
+        }}
+        CHECKED.store(true, Ordering::SeqCst);
+        app.should_exit().unwrap_or(AppExit::Success)
+    }}
+}}
+
 fn main() {{
     bevy_example_main();
-    let ledger = nebula_memory::ledger::snapshot();
-    println!(\"---- the ledger after the app ran ----\\n{{ledger}}\");
-    for system in [{expected}] {{
-        let line = format!(\"systems/{{system}}\");
-        assert!(ledger.tag(&line).is_some(), \"no line for {{line}}\");
-    }}
-    let heap: usize = ledger.heap_total();
-    assert!(heap > 0, \"the tracker counted nothing\");
+    assert!(
+        nebula_check::CHECKED.load(std::sync::atomic::Ordering::SeqCst),
+        \"the example's App::run() did not reach the checks\"
+    );
+    println!(\"---- checked: {count} systems on {THREADS} compute threads ----\");
 }}
-"
+",
+        count = systems.len(),
     )
 }
 
-/// The stand-in `bevy` crate: the prelude and modules the examples use.
-const SHIM_LIB: &str =
-    "//! A stand-in for the `bevy` crate: its ECS and app parts, from the crates it re-exports.
-pub use bevy_app as app;
-pub use bevy_ecs as ecs;
-pub mod prelude {
-    pub use bevy_app::prelude::*;
-    pub use bevy_ecs::prelude::*;
-    pub use bevy_utils::prelude::*;
-}
-";
+/// The compute pool's threads, and the frames recorded after `AllocationCheck`'s warm-up.
+const THREADS: usize = 8;
+const FRAMES: u32 = 10;
 
 fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -145,7 +217,8 @@ fn manifest(name: &str, version: &str, rest: &str) -> String {
     )
 }
 
-/// The package of the programs, written under the test target's temporary directory.
+/// The package of the programs, written under the test target's temporary directory: the
+/// real `bevy` 0.20.1 with the features the two programs need, and this crate.
 fn package(dir: &Path) {
     let root = env!("CARGO_MANIFEST_DIR");
     let archive = bevy_archive();
@@ -170,51 +243,90 @@ fn package(dir: &Path) {
             "[[bin]]\nname = \"{name}\"\npath = \"src/bin/{name}.rs\"\n\n"
         ));
     }
-    let deps = "bevy_app = { version = \"0.20.1\", default-features = false, features = [\"std\"] }
-bevy_ecs = { version = \"0.20.1\", default-features = false, features = [\"std\", \"multi_threaded\"] }
-bevy_utils = { version = \"0.20.1\", default-features = false }
-";
-    let root_deps = format!(
-        "nebula_memory = {{ path = {root:?} }}\nbevy = {{ path = \"shim\" }}\n\n{bins}\
-         [workspace]\nmembers = [\"shim\"]\n"
+    // Default features off, as a headless game or test has them: `std`, and
+    // `multi_threaded` for the compute pool. The examples use nothing else of Bevy.
+    let deps = format!(
+        "bevy = {{ version = \"=0.20.1\", default-features = false, \
+         features = [\"std\", \"multi_threaded\"] }}\n\
+         nebula_memory = {{ path = {root:?} }}\n\n{bins}[workspace]\n"
     );
     write(
         &dir.join("Cargo.toml"),
-        &manifest("bevy_examples", "0.0.0", &root_deps),
+        &manifest("bevy_examples", "0.0.0", &deps),
     );
-    write(
-        &dir.join("shim/Cargo.toml"),
-        &manifest("bevy", "0.20.1", deps),
-    );
-    write(&dir.join("shim/src/lib.rs"), SHIM_LIB);
-    // This crate's lock file: the same Bevy, found offline.
-    let lock = std::fs::read_to_string(Path::new(root).join("Cargo.lock")).unwrap();
+    // This crate's lock file to start from: the same Bevy crates; Cargo adds the rest.
     if !dir.join("Cargo.lock").exists() {
+        let lock = std::fs::read_to_string(Path::new(root).join("Cargo.lock")).unwrap();
         write(&dir.join("Cargo.lock"), &lock);
     }
 }
 
+/// The toolchain the real `bevy` needs (its `rust-version`), through rustup.
+fn toolchain() -> String {
+    std::env::var("NEBULA_BEVY_TOOLCHAIN").unwrap_or_else(|_| "1.97.1".to_owned())
+}
+
+/// `rustup run <toolchain> cargo`, in the package, with its own target directory and none
+/// of the outer build's settings.
+fn cargo_for_bevy(dir: &Path) -> Command {
+    let toolchain = toolchain();
+    let mut cargo = Command::new("rustup");
+    cargo
+        .args(["run", &toolchain, "cargo"])
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", dir.join("target"));
+    for var in [
+        "RUSTUP_TOOLCHAIN",
+        "RUSTC",
+        "RUSTDOC",
+        "CARGO",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+    ] {
+        cargo.env_remove(var);
+    }
+    cargo
+}
+
 #[test]
-#[cfg_attr(nebula_asan, ignore = "would rebuild Bevy instrumented; runs natively")]
-fn bevys_own_examples_run_with_the_tracker_and_the_plugin_and_each_system_has_its_line() {
+#[ignore = "builds the real `bevy` crate with rustc 1.97.1 (minutes): .ci/run's own step, \
+            `cargo test --release --test bevy_examples -- --ignored`"]
+fn bevys_own_examples_pass_the_allocation_checks_on_8_threads_with_the_real_bevy() {
     if std::env::var_os("NEBULA_UNDER_VALGRIND").is_some() {
         return; // the programs are separate processes, which valgrind does not follow
     }
+    let toolchain = toolchain();
+    let version = Command::new("rustup")
+        .args(["run", &toolchain, "rustc", "--version"])
+        .output();
+    assert!(
+        version.as_ref().is_ok_and(|o| o.status.success()),
+        "no Rust {toolchain} through rustup (the real `bevy` 0.20.1 needs it): \
+         `rustup toolchain install {toolchain} --profile minimal`"
+    );
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bevy_examples");
     package(&dir);
+    let build = cargo_for_bevy(&dir)
+        .args(["build", "--release", "--bins"])
+        .status()
+        .expect("rustup run cargo build");
+    assert!(
+        build.success(),
+        "the examples' package did not build (above)"
+    );
     for e in &EXAMPLES {
         let name = Path::new(e.file).file_stem().unwrap().to_str().unwrap();
-        let out = cargo()
-            .args(["run", "--release", "--quiet", "--bin", name])
-            .current_dir(&dir)
-            .env("CARGO_TARGET_DIR", dir.join("target"))
-            .env_remove("RUSTFLAGS")
+        let out = Command::new(dir.join("target/release").join(name))
             .output()
-            .expect("cargo run");
+            .expect("the example's program");
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         println!("==== {} ====\n{stdout}", e.file);
         assert!(out.status.success(), "{name} failed:\n{stdout}\n{stderr}");
-        assert!(stdout.contains("---- the ledger after the app ran ----"));
+        assert!(stdout.contains(&format!(
+            "---- checked: {} systems on {THREADS} compute threads ----",
+            e.systems.len()
+        )));
     }
 }

@@ -396,7 +396,10 @@ fn snapshots_print_a_tree_and_write_csv() {
     assert!(lines[leaf].starts_with("    t8leaf"), "{table}");
     assert!(table.contains("total"), "{table}");
     let full = format!("{snap:#}");
-    assert!(full.contains("(untagged)") && full.contains("t8leaf"), "{full}");
+    assert!(
+        full.contains("(untagged)") && full.contains("t8leaf"),
+        "{full}"
+    );
 
     let mut csv = Vec::new();
     LedgerSnapshot::write_csv_header(&mut csv).unwrap();
