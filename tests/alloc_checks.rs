@@ -2,7 +2,7 @@
 //! figure and the frame, exactly when it should; isolated apps in parallel threads keep
 //! their figures apart; a baseline catches a system that rises. A `TrackingAllocator` is
 //! this binary's global allocator.
-#![cfg(not(miri))]
+#![cfg(all(feature = "bevy", not(miri)))]
 
 use std::alloc::System;
 use std::hint::black_box;

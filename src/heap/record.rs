@@ -209,8 +209,9 @@ mod tests {
     #[test]
     fn every_code_boundary_records_its_size_and_id() {
         let mut sizes = vec![0, 1, 15, 16, 17, 59, 60, 61, 62, 63, 64, 65_535, 65_536];
-        #[cfg(target_pointer_width = "64")]
-        sizes.extend([(1 << 32) + 61, (1 << 48) - 1]);
+        if usize::BITS == 64 {
+            sizes.extend([(1u64 << 32) + 61, (1u64 << 48) - 1].map(|s| s as usize));
+        }
         for (n, &size) in sizes.iter().enumerate() {
             let addr = far(n);
             let id = (counters::TAGS - 1 - n) as u16;

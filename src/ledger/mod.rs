@@ -88,7 +88,9 @@ mod tracy;
 mod warnings;
 
 pub use event::LedgerEvent;
-pub(crate) use node::{TagNode, UsedSlot, check_tag, heap_totals, node};
+#[cfg(feature = "bevy")]
+pub(crate) use node::heap_totals;
+pub(crate) use node::{TagNode, UsedSlot, check_tag, node};
 pub(crate) use sink::send;
 pub use sink::{record_events, take_recorded_events};
 pub(crate) use warnings::{emit_pending_warnings, warnings_pending};
