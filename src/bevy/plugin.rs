@@ -134,8 +134,10 @@ impl MemoryPlugin {
     pub fn isolated() -> Self {
         static APPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = APPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // The name lives for the process, kept by the ledger's registry (made now).
+        let under = crate::ledger::node_named(&format!("apps/{n}")).path;
         MemoryPlugin {
-            lines_under: Some(Box::leak(format!("apps/{n}").into_boxed_str())),
+            lines_under: Some(under),
             ..MemoryPlugin::default()
         }
     }

@@ -89,7 +89,7 @@ mod warnings;
 
 pub use event::LedgerEvent;
 #[cfg(feature = "bevy")]
-pub(crate) use node::heap_totals;
+pub(crate) use node::{heap_totals, node_named};
 pub(crate) use node::{TagNode, UsedSlot, check_tag, node};
 pub(crate) use sink::send;
 pub use sink::{record_events, take_recorded_events};
