@@ -88,9 +88,9 @@ mod tracy;
 mod warnings;
 
 pub use event::LedgerEvent;
+pub(crate) use node::{TagNode, UsedSlot, check_tag, node};
 #[cfg(feature = "bevy")]
 pub(crate) use node::{heap_totals, node_named};
-pub(crate) use node::{TagNode, UsedSlot, check_tag, node};
 pub(crate) use sink::send;
 pub use sink::{record_events, take_recorded_events};
 pub(crate) use warnings::{emit_pending_warnings, warnings_pending};
