@@ -18,35 +18,12 @@ static HEAP: TrackingAllocator = TrackingAllocator::new(System);
 
 const MIB: usize = 1 << 20;
 
-/// WARN events' fields as text, from every thread.
-static EVENTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// The tests end ledger frames: one at a time.
 static FRAMES: Mutex<()> = Mutex::new(());
 
-fn record_warnings() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let sub = common::OnEvent(|e: &tracing::Event<'_>| {
-            if *e.metadata().level() > tracing::Level::WARN {
-                return;
-            }
-            struct Text(String);
-            impl tracing::field::Visit for Text {
-                fn record_debug(&mut self, _: &tracing::field::Field, v: &dyn std::fmt::Debug) {
-                    self.0.push_str(&format!("{v:?} "));
-                }
-            }
-            let mut t = Text(String::new());
-            e.record(&mut t);
-            EVENTS.lock().unwrap_or_else(|e| e.into_inner()).push(t.0);
-        });
-        tracing::subscriber::set_global_default(sub).unwrap();
-    });
-}
-
 /// The WARNs about `tag` told so far.
 fn warnings_about(tag: &str) -> Vec<String> {
-    let events = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
+    let events = common::warnings().lock().unwrap_or_else(|e| e.into_inner());
     events.iter().filter(|t| t.contains(tag)).cloned().collect()
 }
 
@@ -64,7 +41,7 @@ fn frame(tag: &'static str, spike: usize) {
 
 #[test]
 fn a_limit_sees_a_spike_that_comes_and_goes_within_a_frame() {
-    record_warnings();
+    common::warnings();
     let _frames = FRAMES.lock().unwrap_or_else(|e| e.into_inner());
     const TAG: &str = "hbp/limit";
     ledger::set_budget(TAG, Budget::Limit(MIB));
@@ -92,7 +69,7 @@ fn a_limit_sees_a_spike_that_comes_and_goes_within_a_frame() {
 
 #[test]
 fn a_warn_budget_under_the_peak_stays_quiet() {
-    record_warnings();
+    common::warnings();
     let _frames = FRAMES.lock().unwrap_or_else(|e| e.into_inner());
     const TAG: &str = "hbp/quiet";
     ledger::set_budget(TAG, Budget::Warn(8 * MIB));

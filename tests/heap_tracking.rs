@@ -149,44 +149,16 @@ fn pool_blocks_and_heap_fallback_blocks_are_not_heap() {
     );
 }
 
-/// Every event's fields as text, from every thread (a crossing is told on whichever thread
-/// reports next): a process-wide subscriber, installed once.
-static EVENTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-fn record_events_everywhere() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let sub = common::OnEvent(|e: &tracing::Event<'_>| {
-            // WARN and above only: formatting allocates, and the tests that count a
-            // frame's allocations must not count this recorder's (the plugin sends a
-            // DEBUG event each frame).
-            if *e.metadata().level() > tracing::Level::WARN {
-                return;
-            }
-            struct Text(String);
-            impl tracing::field::Visit for Text {
-                fn record_debug(&mut self, _: &tracing::field::Field, v: &dyn std::fmt::Debug) {
-                    self.0.push_str(&format!("{v:?} "));
-                }
-            }
-            let mut t = Text(String::new());
-            e.record(&mut t);
-            EVENTS.lock().unwrap_or_else(|e| e.into_inner()).push(t.0);
-        });
-        tracing::subscriber::set_global_default(sub).unwrap();
-    });
-}
-
 /// What `f` returns, and the events about `tag` told (on any thread) from its start. A
 /// crossing is told by whichever thread reports next, possibly a moment after `f`
 /// returned: with `expect` it waits (up to 10 s) for one to arrive, so that none is told
 /// later, inside another test.
 fn warnings_about<R>(tag: &'static str, expect: bool, f: impl FnOnce() -> R) -> (R, Vec<String>) {
-    record_events_everywhere();
-    let from = EVENTS.lock().unwrap_or_else(|e| e.into_inner()).len();
+    let events = common::warnings();
+    let from = events.lock().unwrap_or_else(|e| e.into_inner()).len();
     let r = f();
     let about = || -> Vec<String> {
-        let events = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
+        let events = events.lock().unwrap_or_else(|e| e.into_inner());
         events[from..]
             .iter()
             .filter(|t| t.contains(tag))

@@ -43,10 +43,14 @@ fn name(r: &Row) -> String {
     format!("{}{leaf}", "  ".repeat(r.depth))
 }
 
-/// The marks of a line: its heap rising, its holdings over a budget now (arena bytes plus
-/// the heap's peak within the frame, as the budgets judge them).
+/// What a line's budgets judge: its arena bytes plus its heap's peak within the frame.
+fn reached(x: &TagFigures) -> usize {
+    x.held.saturating_add(x.heap_frame_peak.max(x.heap_live))
+}
+
+/// The marks of a line: its heap rising, its holdings over a budget now.
 fn marks(x: &TagFigures) -> String {
-    let reached = x.held.saturating_add(x.heap_frame_peak.max(x.heap_live));
+    let reached = reached(x);
     let mut out = String::new();
     if x.heap_rising_windows >= RISING_WINDOWS {
         out.push_str(" RISING");
@@ -365,7 +369,7 @@ impl fmt::Display for Warnings<'_> {
                     Bytes(x.heap_live)
                 )?;
             }
-            let reached = x.held.saturating_add(x.heap_frame_peak.max(x.heap_live));
+            let reached = reached(x);
             if let Some(w) = x.warn_budget.filter(|&w| reached > w) {
                 write!(
                     f,

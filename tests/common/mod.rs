@@ -227,3 +227,31 @@ pub fn leak<T>(value: T) -> &'static mut T {
     // SAFETY: from `Box::into_raw`, never freed; the static only keeps its address.
     unsafe { &mut *p }
 }
+
+/// Every WARN (and ERROR) event's fields as text, from every thread: a process-wide
+/// subscriber installed at the first call. WARN and above only: formatting allocates, and
+/// tests that count a frame's allocations must not count this recorder's (the plugin sends
+/// a DEBUG event each frame).
+#[allow(dead_code)] // not every test binary that has `mod common` records warnings
+pub fn warnings() -> &'static std::sync::Mutex<Vec<String>> {
+    static EVENTS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let sub = OnEvent(|e: &tracing::Event<'_>| {
+            if *e.metadata().level() > tracing::Level::WARN {
+                return;
+            }
+            struct Text(String);
+            impl tracing::field::Visit for Text {
+                fn record_debug(&mut self, _: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    self.0.push_str(&format!("{v:?} "));
+                }
+            }
+            let mut t = Text(String::new());
+            e.record(&mut t);
+            EVENTS.lock().unwrap_or_else(|e| e.into_inner()).push(t.0);
+        });
+        tracing::subscriber::set_global_default(sub).unwrap();
+    });
+    &EVENTS
+}
