@@ -132,9 +132,12 @@ pub(crate) fn current_tag() -> u16 {
     LOCAL.with(|l| l.tag.get())
 }
 
-/// Makes `id` this thread's current tag; returns the one it replaces.
+/// Makes `id` (taken modulo [`TAGS`]) this thread's current tag; returns the one it
+/// replaces. The current tag is always below `TAGS`: the charge path puts it in an owner
+/// map entry as it is.
 #[inline]
 pub(crate) fn set_tag(id: u16) -> u16 {
+    let id = id % TAGS as u16;
     LOCAL.with(|l| {
         let row = l.row.get();
         if !row.is_null() {

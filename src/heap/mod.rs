@@ -170,29 +170,33 @@ impl<A> TrackingAllocator<A> {
 #[inline(always)]
 fn inner_layout(size: usize, align: usize) -> Option<Layout> {
     let (size, align) = (size.max(1), align.max(owners::GRANULE));
-    // `Layout`'s own condition (the size rounded up to the alignment fits `isize`),
-    // without its test that the alignment is a power of two: the callers pass a valid
-    // layout's, and the maximum of two powers of two is one. A constant bound first, so
-    // that the common case is one comparison.
-    if size > isize::MAX as usize / 2 && size > isize::MAX as usize - (align - 1) {
-        return None;
+    // One comparison in the common case: with both at most `isize::MAX / 2` (the
+    // alignment, a power of two, then at most a quarter of the address space), the size
+    // rounded up to the alignment fits `isize`, `Layout`'s condition.
+    if (size | align) > isize::MAX as usize / 2 {
+        return huge_layout(size, align);
     }
-    // SAFETY: as just said.
+    // SAFETY: as just said; the alignment is the maximum of two powers of two (the
+    // caller's, from a valid layout, and the granule), so one.
     Some(unsafe { Layout::from_size_align_unchecked(size, align) })
 }
 
+/// `inner_layout` of sizes or alignments over `isize::MAX / 2`: `Layout`'s own checks.
+#[cold]
+#[inline(never)]
+fn huge_layout(size: usize, align: usize) -> Option<Layout> {
+    Layout::from_size_align(size, align).ok()
+}
+
 /// [`inner_layout`] of arguments it accepted before: the allocation's own, when it was
-/// made.
+/// made. No check: the free and `realloc` paths pass it straight on.
 ///
 /// # Safety
 /// `inner_layout(size, align)` is `Some`.
 #[inline(always)]
 unsafe fn inner_layout_of(size: usize, align: usize) -> Layout {
-    match inner_layout(size, align) {
-        Some(layout) => layout,
-        // SAFETY: the caller's promise.
-        None => unsafe { std::hint::unreachable_unchecked() },
-    }
+    // SAFETY: the caller's promise: `inner_layout` made this layout, after its checks.
+    unsafe { Layout::from_size_align_unchecked(size.max(1), align.max(owners::GRANULE)) }
 }
 
 // SAFETY: every method passes on to `inner` the caller's pointer and a layout made the same

@@ -3,9 +3,11 @@
 //! caller passes (an optimised build may merge a shrinking `realloc` into the free that
 //! follows it, which then names the old block with the new size).
 //!
-//! **The first entry** (the granule the allocation starts in) is `id | code << 10`: the
-//! tag's heap id (below [`counters::TAGS`], at most 1,024: 10 bits) and a code, never 0,
-//! so a tracked allocation's entry is never 0:
+//! **The first entry** (the granule the allocation starts in) is `id << 6 | code`: the
+//! tag's heap id (below [`counters::TAGS`], at most 1,024: the high 10 bits) and a code
+//! (the low 6), never 0, so a tracked allocation's entry is never 0. (Code low: the free
+//! path reads the size with a mask, and `id << 6`, the offset of the tag's 64-byte
+//! counter, with another.)
 //! - `1..=61`: the size is `code - 1` (0 to 60 bytes; a zero size is outside
 //!   `GlobalAlloc`'s contract, and kept exact all the same);
 //! - [`ONE_WORD`]: the size (61 to 65,535) is the next granule's entry;
@@ -31,10 +33,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::counters;
 use super::owners::{self, GRANULE};
 
-/// Bits of the first entry that hold the tag's id.
-const ID_BITS: u32 = 10;
-const ID_MASK: u16 = (1 << ID_BITS) - 1;
-const _: () = assert!(counters::TAGS <= 1 << ID_BITS, "a tag id fits the entry");
+/// Bits of the first entry, its low ones, that hold the code.
+const CODE_BITS: u32 = 6;
+const CODE_MASK: u16 = (1 << CODE_BITS) - 1;
+const _: () = assert!(
+    counters::TAGS <= 1 << (16 - CODE_BITS),
+    "a tag id fits the entry"
+);
 
 /// The code whose size is the next entry.
 const ONE_WORD: u16 = 62;
@@ -59,10 +64,12 @@ fn words_for(size: usize) -> usize {
     }
 }
 
-/// The first entry's value for tag `id` and `code`.
+/// The first entry's value for tag `id` (below [`counters::TAGS`]: `set_tag` keeps the
+/// current tag so) and `code`.
 #[inline(always)]
 fn first_entry(id: u16, code: u16) -> u16 {
-    (id & ID_MASK) | code << ID_BITS
+    debug_assert!(usize::from(id) < counters::TAGS);
+    id << CODE_BITS | code
 }
 
 /// The entry `j` granules after the one of `addr` (`e`'s run, or a lookup of its own in
@@ -87,14 +94,14 @@ fn word(e: owners::Entries, addr: usize, j: usize, map: bool) -> Option<&'static
 /// recorded with its size. Not charged (no record) where the map cannot hold it. O(1).
 #[inline(always)]
 pub(crate) fn track(addr: usize, size: usize) {
-    write(addr, size, || counters::charge(size));
+    write(addr, size, move || counters::charge(size));
 }
 
 /// Records again an allocation of `size` bytes charged to `id` (a `realloc`'s, taken out
 /// while the inner allocator had it). `false` if the map cannot hold the record.
 #[inline(always)]
 pub(crate) fn put_back(addr: usize, id: u16, size: usize) -> bool {
-    write(addr, size, || id)
+    write(addr, size, move || id)
 }
 
 /// Records an allocation of `size` bytes at `addr` under the tag `id` gives, called only
@@ -158,9 +165,9 @@ pub(crate) fn take(addr: usize) -> Option<(u16, usize)> {
         return None;
     }
     e.first().store(0, Relaxed);
-    let (id, code) = (entry & ID_MASK, entry >> ID_BITS);
+    let (id, code) = (entry >> CODE_BITS, entry & CODE_MASK);
     let size = if code < ONE_WORD {
-        usize::from(code - 1)
+        usize::from(code) - 1
     } else if code == ONE_WORD
         && let Some(w) = e.get(1)
     {
