@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 export RUSTFLAGS="-Zsanitizer=address --cfg nebula_asan"
 export RUSTDOCFLAGS="$RUSTFLAGS"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/asan}"
+# Property tests at most 32 cases here (their own counts in `cargo test`): what the
+# sanitizer checks is each access, which a few cases reach as well as many.
+export PROPTEST_CASES="${PROPTEST_CASES:-32}"
 # ASan's leak checker flags the process-lifetime global pools' bookkeeping; leaks are
 # valgrind's job (scripts/valgrind.sh).
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}"

@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export RUSTFLAGS="-Zsanitizer=thread"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/tsan}"
+# Property tests at most 32 cases here (their own counts in `cargo test`): what the
+# sanitizer checks is each access, which a few cases reach as well as many.
+export PROPTEST_CASES="${PROPTEST_CASES:-32}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}"
 cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu \
     --test pool_threads --test global_pools --test frame_thread --test scratch \

@@ -196,6 +196,12 @@ struct Outcome {
     refused: usize,
 }
 
+/// The first `n` seeds; under valgrind the first only (each seed is some 70,000 pool
+/// operations, minutes there; every seed meets the bounds on its own).
+fn seeds(n: usize) -> &'static [u64] {
+    &SEEDS[..if common::under_valgrind() { 1 } else { n }]
+}
+
 /// Random churn until the first refusal: allocate (log-uniform size) with probability
 /// `P_ALLOC`, otherwise free a random live block. The request stream depends only on the
 /// seed, so every `Heap` sees the same requests up to its own first refusal.
@@ -235,7 +241,7 @@ fn churn(heap: &mut dyn Heap, seed: u64) -> Outcome {
 #[test]
 fn heap_efficiency_at_first_refusal() {
     let (mut pool_sum, mut requested_sum, mut best_fit_sum) = (0.0, 0.0, 0.0);
-    for seed in SEEDS {
+    for &seed in seeds(SEEDS.len()) {
         let o = churn(&mut Pool::new(), seed);
         let reference = churn(&mut BestFit::new(), seed);
         assert!(o.requested_share <= o.in_use_share && o.in_use_share <= 1.0);
@@ -248,12 +254,15 @@ fn heap_efficiency_at_first_refusal() {
         requested_sum += o.requested_share;
         best_fit_sum += reference.in_use_share;
     }
-    let n = SEEDS.len() as f64;
-    let (in_use, requested, best_fit) = (pool_sum / n, requested_sum / n, best_fit_sum / n);
+    let n = seeds(SEEDS.len()).len();
+    let (in_use, requested, best_fit) = (
+        pool_sum / n as f64,
+        requested_sum / n as f64,
+        best_fit_sum / n as f64,
+    );
     println!(
-        "heap efficiency, {} seeds, 64 MiB pool, sizes log-uniform {MIN_SIZE}..={MAX_SIZE} B, \
+        "heap efficiency, {n} seeds, 64 MiB pool, sizes log-uniform {MIN_SIZE}..={MAX_SIZE} B, \
          P(alloc) = {P_ALLOC}: in use {:.2}%, requested bytes {:.2}%; exact best fit {:.2}%",
-        SEEDS.len(),
         in_use * 100.0,
         requested * 100.0,
         best_fit * 100.0
@@ -315,13 +324,15 @@ fn talc_mix(seed: u64) -> (f64, f64) {
 #[test]
 fn heap_efficiency_talc_mix() {
     let (mut in_use_sum, mut requested_sum) = (0.0, 0.0);
-    for seed in &SEEDS[..4] {
-        let (in_use, requested) = talc_mix(*seed);
+    let seeds = seeds(4);
+    for &seed in seeds {
+        let (in_use, requested) = talc_mix(seed);
         println!("talc mix, seed {seed:#x}: in use {in_use:.4}, requested {requested:.4}");
         in_use_sum += in_use;
         requested_sum += requested;
     }
-    let (in_use, requested) = (in_use_sum / 4.0, requested_sum / 4.0);
+    let n = seeds.len() as f64;
+    let (in_use, requested) = (in_use_sum / n, requested_sum / n);
     println!(
         "heap efficiency, talc's mix (realloc = move), 64 MiB pool: in use {:.2}%, \
          requested bytes {:.2}%",

@@ -271,8 +271,17 @@ use nebula_memory::{
 };
 use reenter::{Mode, Stamped, check, with_subscriber};
 
-/// Operations per arena kind and mode.
-const OPS: usize = if cfg!(miri) { 6 } else { 300 };
+/// Operations per arena kind and mode: fewer under Miri and valgrind, which check each
+/// access and are tens of times slower.
+fn ops() -> usize {
+    if cfg!(miri) {
+        6
+    } else if common::under_valgrind() {
+        60
+    } else {
+        300
+    }
+}
 
 /// A small pool, so the drivers' arenas take blocks (and run dry) often.
 fn small_pool(name: &'static str) -> &'static MemoryPool {
@@ -325,7 +334,7 @@ fn words(i: usize) -> usize {
 fn drive_memory_arena(mode: Mode) {
     let mut arena = MemoryArena::with_config(small_pool("torture-mem"), config("reenter/mem"));
     let mut live: Vec<(Stamped, Layout)> = Vec::new();
-    for i in 0..OPS {
+    for i in 0..ops() {
         match i % 11 {
             // Grow the newest allocation (in place, or moved to a new block).
             3 | 8 if !live.is_empty() => {
@@ -373,7 +382,7 @@ fn drive_hot_cursor(mode: Mode) {
     let hot: &'static HotCursor<'static, 'static> = common::leak(arena.hot_cursor());
     reenter::register_hot(hot);
     let mut live: Vec<(Stamped, Layout)> = Vec::new();
-    for i in 0..OPS {
+    for i in 0..ops() {
         match i % 9 {
             // Grow the newest (in place, or moved to a new block).
             4 if !live.is_empty() => {
@@ -410,7 +419,7 @@ fn drive_hot_cursor_drops(mode: Mode) {
     let mut arena =
         MemoryArena::with_config(small_pool("torture-hot-drop"), config("reenter/hotdrop"));
     let mut live = Vec::new();
-    for i in 0..OPS {
+    for i in 0..ops() {
         let layout = Layout::array::<u64>(words(i)).unwrap();
         let r = op(mode, || {
             let hot = arena.hot_cursor();
@@ -430,7 +439,7 @@ fn drive_hot_cursor_drops(mode: Mode) {
 fn drive_shared_arena(mode: Mode) {
     let mut arena = SharedArena::with_config(tiny_pool("torture-shared"), config("reenter/shared"));
     let mut live = Vec::new();
-    for i in 0..OPS {
+    for i in 0..ops() {
         let layout = Layout::array::<u64>(words(i)).unwrap();
         let r = if i % 2 == 0 {
             op(mode, || arena.try_alloc(layout))
@@ -457,7 +466,7 @@ fn drive_frame_arena(mode: Mode) {
     let fixed = FrameArena::try_new_in(pool, 512 * KIB).unwrap();
     let _filler = FrameArena::try_new_in(pool, 400 * KIB).unwrap();
     let mut live = Vec::new();
-    for i in 0..OPS {
+    for i in 0..ops() {
         if i % 3 == 0 {
             op(mode, || {
                 assert!(FrameArena::try_new_in(pool, 512 * KIB).is_err())
@@ -482,7 +491,7 @@ fn drive_thread_arena(mode: Mode) {
         with_subscriber(mode, || {
             let mut live = Vec::new();
             let mut live_frame = thread_arena_frame();
-            for i in 0..OPS {
+            for i in 0..ops() {
                 reenter::rearm();
                 // A subscriber may have ended the frame: then this call starts a new one,
                 // and what the thread allocated before is gone (the documented lifetime).
@@ -521,7 +530,7 @@ fn drive_thread_arena(mode: Mode) {
 fn drive_scratch(mode: Mode) {
     // Ten requests an iteration, a tenth of the others' operations; under Miri one (its
     // first request, 19 KiB, is past the 4 KiB first block: events).
-    for i in 0..(OPS / 10).max(1) {
+    for i in 0..(ops() / 10).max(1) {
         reenter::rearm();
         op(mode, || {
             with_scratch(|s| {
@@ -559,7 +568,7 @@ fn drive_double_buffered(mode: Mode) {
     let mut frames =
         DoubleBufferedArena::with_config(tiny_pool("torture-double"), config("reenter/double"));
     let mut handles = Vec::new();
-    for i in 0..OPS {
+    for i in 0..ops() {
         if let Some(Ok(h)) = op(mode, || frames.try_store_slice(&vec![i as u64; words(i)])) {
             handles.push((h, i));
         }
@@ -597,7 +606,7 @@ fn drive_engine_and_game(mode: Mode) {
     }
     // Two rounds under Miri: these requests are the largest, and each event calls every
     // entry point back.
-    for i in 0..if cfg!(miri) { 2 } else { OPS } {
+    for i in 0..if cfg!(miri) { 2 } else { ops() } {
         // Larger requests: these arenas start with 64 KiB blocks.
         let layout = Layout::array::<u64>(words(i) * 16).unwrap();
         if let Some(Ok(p)) = op(mode, || engine_arena().try_alloc(layout)) {

@@ -136,20 +136,29 @@ impl SplitMix64 {
     }
 }
 
-/// A proptest configuration of `cases` cases; under Miri `PROPTEST_CASES` cases (default 4)
-/// and no failure-persistence file (Miri's isolation forbids the `getcwd` it needs).
+/// Whether this process runs under valgrind (`scripts/valgrind.sh` sets
+/// `NEBULA_UNDER_VALGRIND=1`): tests that measure statistics over many runs run fewer
+/// there, where each operation is tens of times slower and what is checked is memory
+/// access, not the statistics.
+pub fn under_valgrind() -> bool {
+    std::env::var_os("NEBULA_UNDER_VALGRIND").is_some_and(|v| v == "1")
+}
+
+/// A proptest configuration of `cases` cases, or of `PROPTEST_CASES` if that is set and
+/// fewer (valgrind's and the sanitizers' runs set it); under Miri `PROPTEST_CASES` cases
+/// (default 4) and no failure-persistence file (Miri's isolation forbids the `getcwd` it
+/// needs).
 pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    let asked = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok());
     if cfg!(miri) {
-        let cases = std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(4);
         proptest::test_runner::Config {
             failure_persistence: None,
-            ..proptest::test_runner::Config::with_cases(cases)
+            ..proptest::test_runner::Config::with_cases(asked.unwrap_or(4))
         }
     } else {
-        proptest::test_runner::Config::with_cases(cases)
+        proptest::test_runner::Config::with_cases(asked.map_or(cases, |asked| asked.min(cases)))
     }
 }
 
