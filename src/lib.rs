@@ -158,7 +158,9 @@ pub mod prelude {
 /// so that collection code needs no extra dependency with a matching version.
 pub use allocator_api2;
 
-/// README.md's example, compiled and run as a doctest so it cannot rot.
+/// README.md's examples, compiled and run as doctests so they cannot rot. Each is a whole
+/// program, `fn main` written out, that compiles pasted into a fresh `main.rs`: no
+/// statements left to rustdoc's implicit `main`, no hidden `# ` lines (GitHub shows them).
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -27,6 +27,8 @@ mod runs;
 mod state;
 mod systems;
 mod tags;
+#[cfg(test)]
+mod tests;
 mod units;
 mod workload;
 

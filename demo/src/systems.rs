@@ -346,8 +346,9 @@ fn stream_system(
     frame.checksum.add(sum);
 }
 
-/// The app of one run: 4 compute threads, the memory plugin, `entities` entities.
-pub fn app(mode: Mode, entities: usize) -> App {
+/// The demo's task pools: Bevy's defaults but for a compute pool of exactly 4 threads, so
+/// that `par_iter` spreads alike on every machine.
+pub fn four_compute_threads() -> TaskPoolOptions {
     let compute = TaskPoolThreadAssignmentPolicy {
         min_threads: 4,
         max_threads: 4,
@@ -355,12 +356,23 @@ pub fn app(mode: Mode, entities: usize) -> App {
         on_thread_spawn: None,
         on_thread_destroy: None,
     };
+    TaskPoolOptions {
+        compute,
+        ..Default::default()
+    }
+}
+
+/// The app of one run: 4 compute threads, the memory plugin, `entities` entities.
+pub fn app(mode: Mode, entities: usize) -> App {
+    app_on(mode, entities, four_compute_threads())
+}
+
+/// The app of one run on the task pools `pools`. Bevy's pools are process-wide: the first
+/// app of a process makes them, and later apps run on those whatever they ask.
+pub fn app_on(mode: Mode, entities: usize, pools: TaskPoolOptions) -> App {
     let mut app = App::new();
     app.add_plugins(TaskPoolPlugin {
-        task_pool_options: TaskPoolOptions {
-            compute,
-            ..Default::default()
-        },
+        task_pool_options: pools,
     })
     .add_plugins(MemoryPlugin::default())
     .insert_resource(mode)
