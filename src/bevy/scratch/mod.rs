@@ -25,7 +25,6 @@
 //!   workers use instead, each batch claiming an arena of its own on its thread.
 
 use std::alloc::Layout;
-use std::any::TypeId;
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::NonNull;
@@ -209,141 +208,6 @@ pub struct Scratch<'w> {
     owner: &'w Arc<ScratchOwner>,
 }
 
-/// Names the ledger tag of a [`TaggedScratch`] parameter's arenas.
-///
-/// ```
-/// struct Meshing;
-/// impl nebula_memory::bevy::ScratchTag for Meshing {
-///     const TAG: &'static str = "render/meshing";
-/// }
-/// ```
-pub trait ScratchTag: Send + Sync + 'static {
-    /// A `/`-separated ledger path (see [`ArenaConfig::tag`]).
-    const TAG: &'static str;
-}
-
-/// The scratch arenas behind [`TaggedScratch<T>`]: an owner of scratch arenas of its
-/// own, which any thread may claim, whose blocks are charged to `T::TAG`. The parameter
-/// inserts it the first time a system uses it, with the [`ScratchArenas`] config if there
-/// is one; an app may insert one of its own config first.
-#[derive(Resource)]
-pub struct TaggedScratchArenas<T: ScratchTag> {
-    owner: Arc<ScratchOwner>,
-    _tag: PhantomData<fn() -> T>,
-}
-
-impl<T: ScratchTag> TaggedScratchArenas<T> {
-    /// Arenas whose blocks follow `config`, charged to `T::TAG`. O(1).
-    ///
-    /// # Panics
-    /// As [`ScratchArenas::with_config`], or if `T::TAG` is not a valid tag.
-    #[track_caller]
-    pub fn with_config(config: ArenaConfig) -> Self {
-        config.check_against(scratch_pool());
-        TaggedScratchArenas {
-            owner: ScratchOwner::shared(config.tag(T::TAG)),
-            _tag: PhantomData,
-        }
-    }
-}
-
-impl<T: ScratchTag> TaggedScratchArenas<T> {
-    /// Ends the frame for these arenas (see [`ScratchArenas::end_frame`]): the arena of an
-    /// item that was `mem::forget`-ed is taken back, idle ones trimmed. `&mut self` proves
-    /// no [`TaggedScratch<T>`] item of these arenas is alive.
-    /// [`reset_frame_arenas_system`](super::reset_frame_arenas_system) calls it for every
-    /// `T` a system of the world uses, whoever inserted the resource. O(arenas).
-    ///
-    /// ```
-    /// struct Ai;
-    /// impl nebula_memory::bevy::ScratchTag for Ai {
-    ///     const TAG: &'static str = "doc/ai";
-    /// }
-    /// let mut arenas = nebula_memory::bevy::TaggedScratchArenas::<Ai>::with_config(
-    ///     nebula_memory::ArenaConfig::default(),
-    /// );
-    /// assert_eq!(arenas.end_frame().arenas, 0);
-    /// ```
-    pub fn end_frame(&mut self) -> ScratchFrameStats {
-        // SAFETY: `&mut self`: every item borrows the resource (through its world), so
-        // none is alive.
-        unsafe { end_owner_frame(&self.owner) }
-    }
-}
-
-/// The frame ends of a world's [`TaggedScratchArenas`]: one function per tag type a
-/// system of the world uses, registered by the parameter's `init_state`. Each reaches its
-/// resource through the world it is given, so exclusive access to that world is the proof
-/// that no item of it is alive; a resource moved to another world is that world's to end.
-#[derive(Resource, Default)]
-pub(crate) struct TaggedFrameEnds(Vec<(TypeId, FrameEnd)>);
-
-/// Ends the frame of one tag type's arenas in the world it is given.
-type FrameEnd = fn(&mut World);
-
-impl TaggedFrameEnds {
-    /// Registers the frame end of `TaggedScratchArenas<T>` (once per `T`).
-    fn register<T: ScratchTag>(&mut self) {
-        let id = TypeId::of::<T>();
-        if !self.0.iter().any(|(t, _)| *t == id) {
-            self.0.push((id, end_tagged_frame::<T>));
-        }
-    }
-
-    /// Ends the frame of every registered tag's arenas in `world` (those present).
-    /// Allocates nothing.
-    pub(crate) fn end_frames(world: &mut World) {
-        if !world.contains_resource::<TaggedFrameEnds>() {
-            return;
-        }
-        world.resource_scope(|world, ends: Mut<TaggedFrameEnds>| {
-            for &(_, end) in &ends.0 {
-                end(world);
-            }
-        });
-    }
-}
-
-fn end_tagged_frame<T: ScratchTag>(world: &mut World) {
-    if let Some(mut arenas) = world.get_resource_mut::<TaggedScratchArenas<T>>() {
-        arenas.end_frame();
-    }
-}
-
-/// A [`Scratch`] whose arenas charge the ledger tag `T::TAG` instead of `scratch/systems`,
-/// so a system's scratch use shows in the ledger on a line of its own. Its arenas are its
-/// own (a block is never shared by two tags, so every byte is charged once); everything
-/// else is as for [`Scratch`]. Needs no resource: the first system that uses it inserts
-/// [`TaggedScratchArenas<T>`].
-///
-/// ```standalone_crate
-/// use bevy_app::{App, Update};
-/// use nebula_memory::Arena;
-/// use nebula_memory::bevy::{MemoryLedger, MemoryPlugin, ScratchTag, TaggedScratch};
-///
-/// struct Meshing;
-/// impl ScratchTag for Meshing {
-///     const TAG: &'static str = "render/meshing";
-/// }
-///
-/// fn mesh(scratch: TaggedScratch<Meshing>) {
-///     let quads = scratch.alloc_slice(10_000, [0f32; 4]);
-///     assert_eq!(quads.len(), 10_000);
-/// }
-///
-/// let mut app = App::new();
-/// app.add_plugins(MemoryPlugin::default()).add_systems(Update, mesh);
-/// app.update();
-/// let ledger = app.world().resource::<MemoryLedger>();
-/// assert!(ledger.tag("render/meshing").unwrap().held >= 160_000);
-/// ```
-pub struct TaggedScratch<'w, T: ScratchTag> {
-    claim: Claim,
-    /// The resource's owner (borrowed for the run), for [`TaggedScratch::batches`].
-    owner: &'w Arc<ScratchOwner>,
-    _tag: PhantomData<fn() -> T>,
-}
-
 /// Scratch batches of a system's arenas, for work it spreads over threads: `Send`, `Sync`
 /// and `Copy`, so a `par_iter` closure takes it along; each [`batch`](Self::batch) claims
 /// an arena of the system's parameter (its tag, its config) on the thread that asks, and
@@ -395,7 +259,7 @@ impl<'w> ScratchBatches<'w> {
     /// takes batches too while it waits): after the first frame, claiming batches takes no
     /// heap allocation. A claim past that (a thread taking a second batch while it waits
     /// on the first) makes one more arena.
-    fn of(owner: &'w Arc<ScratchOwner>) -> Self {
+    pub(super) fn of(owner: &'w Arc<ScratchOwner>) -> Self {
         let threads = ComputeTaskPool::try_get().map_or(1, |pool| pool.thread_num());
         owner.reserve_shared(threads.saturating_add(2));
         ScratchBatches {
@@ -438,15 +302,6 @@ impl Scratch<'_> {
     /// world.spawn(Name::new("a"));
     /// world.run_system_cached(sum_per_item).unwrap();
     /// ```
-    pub fn batches(&self) -> ScratchBatches<'_> {
-        ScratchBatches::of(self.owner)
-    }
-}
-
-impl<T: ScratchTag> TaggedScratch<'_, T> {
-    /// Scratch batches of this parameter's arenas, charged to `T::TAG`, for work spread
-    /// over threads (see [`ScratchBatches`]). O(1) after the system's first run, which
-    /// makes an arena per compute thread.
     pub fn batches(&self) -> ScratchBatches<'_> {
         ScratchBatches::of(self.owner)
     }
@@ -507,15 +362,6 @@ impl Deref for Scratch<'_> {
     }
 }
 
-impl<T: ScratchTag> Deref for TaggedScratch<'_, T> {
-    type Target = MemoryArena<'static>;
-
-    #[inline(always)]
-    fn deref(&self) -> &MemoryArena<'static> {
-        self.claim.arena()
-    }
-}
-
 /// `Allocator` for a reference to a scratch item, forwarded to the arena it derefs to:
 /// `Vec::new_in(&scratch)` as well as `Vec::new_in(&*scratch)`.
 macro_rules! forward_allocator {
@@ -561,19 +407,13 @@ macro_rules! forward_allocator {
 }
 
 forward_allocator!([] Scratch<'_>);
-forward_allocator!([T: ScratchTag] TaggedScratch<'_, T>);
+
+mod tagged;
+pub(crate) use tagged::TaggedFrameEnds;
+pub use tagged::{ScratchTag, TaggedScratch, TaggedScratchArenas};
 
 impl std::fmt::Debug for Scratch<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scratch").field("arena", &**self).finish()
-    }
-}
-
-impl<T: ScratchTag> std::fmt::Debug for TaggedScratch<'_, T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaggedScratch")
-            .field("tag", &T::TAG)
-            .field("arena", &**self)
-            .finish()
     }
 }
