@@ -148,10 +148,9 @@ impl Chain {
         }
     }
 
-    /// Charges this (empty) chain's blocks to `tag` from now on.
-    pub(crate) fn set_tag(&mut self, tag: &'static str) {
+    /// Charges this (empty) chain's blocks to `node` from now on: nothing charged moves.
+    pub(crate) fn set_tag(&mut self, node: &'static TagNode) {
         debug_assert_eq!(self.block_count, 0, "tagging a chain that holds blocks");
-        let node = ledger::node(tag);
         self.tag = Some(Tag {
             node,
             used: node.register_arena(),

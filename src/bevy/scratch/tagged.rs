@@ -1,6 +1,6 @@
 //! `TaggedScratch<T>`: a `Scratch` whose arenas are an owner of their own, charged to the
-//! ledger tag `T::TAG` whichever system claims them, and the frame ends that reach those
-//! owners.
+//! ledger tag `T::TAG` whichever system claims them (no per-system lines: the tag is the
+//! line), and the frame ends that reach those owners.
 
 use std::alloc::Layout;
 use std::any::TypeId;
@@ -122,7 +122,8 @@ fn end_tagged_frame<T: ScratchTag>(world: &mut World) {
 }
 
 /// A [`Scratch`](super::Scratch) whose arenas charge the ledger tag `T::TAG` instead of
-/// `scratch/systems`, so a system's scratch use shows in the ledger on a line of its own. Its arenas are its own (a block is never
+/// the system's `scratch/systems/<name>`, so that scratch use shows on a line the app
+/// names (shared by every system using `T`). Its arenas are its own (a block is never
 /// shared by two tags, so every byte is charged once); everything else is as for
 /// [`Scratch`](super::Scratch). Needs no resource: the first system that uses it inserts
 /// [`TaggedScratchArenas<T>`].
@@ -160,7 +161,7 @@ impl<T: ScratchTag> TaggedScratch<'_, T> {
     /// over threads (see [`ScratchBatches`]). O(1) after the system's first run, which
     /// makes an arena per compute thread.
     pub fn batches(&self) -> ScratchBatches<'_> {
-        ScratchBatches::of(self.owner)
+        ScratchBatches::of(self.owner, None)
     }
 }
 
