@@ -102,7 +102,8 @@ pub(crate) enum Level {
     Recorded,
     /// The Bevy diagnostics' paths (`bevy::ledger`).
     Diagnostics,
-    /// The names of observers' systems (`bevy::trace_layer`).
+    /// The names of observers' systems (`bevy::trace_layer`) and of systems' scratch lines
+    /// (`bevy::scratch::lines`).
     Attribution,
 }
 

@@ -35,6 +35,10 @@
 //! line is what Bevy's executor allocates around the systems it runs (task queues,
 //! schedule buffers), not any system's work.
 //!
+//! **Scratch lines.** Wrapping a system also registers its `Scratch` line, the heap line
+//! under `scratch/systems` (`systems/<name>` gives `scratch/systems/<name>`), by the heap
+//! id its runs are in: a claim finds it from its thread's scope (`scratch::lines`).
+//!
 //! **Budgets by system.** [`MemoryPlugin::budget_for`](super::MemoryPlugin::budget_for)
 //! names a system by its function; the budget is set on the line of every system wrapped
 //! with that function's name.
@@ -67,6 +71,7 @@ use bevy_ecs::utils::prelude::DebugName;
 use bevy_ecs::world::DeferredWorld;
 use bevy_ecs::world::unsafe_world_cell::UnsafeWorldCell;
 
+use super::scratch::lines;
 use super::trace_layer::{CRATE_SYSTEMS_TAG, Mark, record_observer};
 use crate::ledger::{self, Budget, TagScope, node_heap_id};
 
@@ -229,6 +234,27 @@ fn tag_of(
     }
 }
 
+/// The scratch line of the system whose heap line is `line` (see `scratch::lines`): the
+/// line under `scratch/systems` without its own `systems` segment. `systems/<name>` gives
+/// `scratch/systems/<name>`, `<under>/systems/<name>` gives
+/// `scratch/systems/<under>/<name>`, and a crate system's `nebula_memory/<name>` gives
+/// `scratch/systems/nebula_memory/<name>`.
+fn scratch_line(line: &str, under: Option<&str>) -> String {
+    let own = |l: &str| {
+        l.strip_prefix(SYSTEMS_TAG)
+            .and_then(|r| r.strip_prefix('/'))
+            .map(str::to_owned)
+    };
+    let rest = own(line)
+        .or_else(|| {
+            let u = under?;
+            let name = own(line.strip_prefix(u)?.strip_prefix('/')?)?;
+            Some(format!("{u}/{name}"))
+        })
+        .unwrap_or_else(|| line.to_owned());
+    format!("{}/{rest}", ledger::tags::SCRATCH_SYSTEMS)
+}
+
 /// Wraps every system of every schedule of `world` that is not wrapped yet and can be
 /// (see the module docs). Cheap when there is nothing new: a schedule whose systems are
 /// all initialized is skipped at once.
@@ -283,12 +309,14 @@ pub(crate) fn attribute_systems(world: &mut World) {
                     ledger::set_budget_named(&tag, *budget);
                 }
             }
+            let heap_id = node_heap_id(&tag);
+            lines::register(heap_id, scratch_line(&tag, config.under));
             let placeholder: Box<dyn System<In = (), Out = ()>> =
                 Box::new(IntoSystem::into_system(|| {}));
             let inner = std::mem::replace(slot, SystemWithAccess::new(placeholder));
             *slot = SystemWithAccess::new(Box::new(Attributed {
                 inner,
-                tag: node_heap_id(&tag),
+                tag: heap_id,
             }));
             done.done.insert((label, key));
         }
@@ -312,5 +340,36 @@ pub(crate) fn record_observers(world: &mut World) {
 pub(crate) fn record_added_observer(add: On<Add<Observer>>, observers: Query<&Observer>) {
     if let Ok(observer) = observers.get(add.entity) {
         record_observer(observer.system_name().to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scratch_line;
+
+    #[test]
+    fn a_scratch_line_is_the_systems_line_under_scratch_systems() {
+        let cases = [
+            ("systems/mesh", None, "scratch/systems/mesh"),
+            ("systems/mesh #2", None, "scratch/systems/mesh #2"),
+            (
+                "apps/3/systems/mesh",
+                Some("apps/3"),
+                "scratch/systems/apps/3/mesh",
+            ),
+            (
+                "nebula_memory/reset",
+                Some("apps/3"),
+                "scratch/systems/nebula_memory/reset",
+            ),
+            (
+                "nebula_memory/reset",
+                None,
+                "scratch/systems/nebula_memory/reset",
+            ),
+        ];
+        for (line, under, scratch) in cases {
+            assert_eq!(scratch_line(line, under), scratch, "{line} under {under:?}");
+        }
     }
 }

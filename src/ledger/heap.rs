@@ -206,6 +206,12 @@ pub fn current_scope() -> HeapScope {
 }
 
 impl HeapScope {
+    /// The scope's heap id (0: outside every scope, or a tag past the counters' table).
+    #[cfg_attr(not(feature = "bevy"), allow(dead_code))]
+    pub(crate) fn id(self) -> u16 {
+        self.id
+    }
+
     /// Charges the calling thread's heap allocations to this scope's tag until the guard
     /// is dropped, like [`scope`] (guards end in any order). O(1).
     pub fn enter(self) -> TagScope {

@@ -7,8 +7,8 @@
 //! arena that holds it, and a parent's figures are its children's together. The crate's
 //! own arenas carry tags: `engine` and `game` (the shared arenas), and under `scratch`:
 //! `scratch/with_scratch`, `scratch/thread_arenas`, and with Bevy `scratch/systems`
-//! (`Scratch`) and `scratch/frame_memory` (`FrameMemory`). What no tag holds is shown as
-//! the untagged rest.
+//! (`Scratch`: each system's on its own line `scratch/systems/<name>`) and
+//! `scratch/frame_memory` (`FrameMemory`). What no tag holds is shown as the untagged rest.
 //!
 //! **Block granularity is the point.** The ledger is touched only where an arena takes or
 //! gives back a block (its slow path, a few times per frame at most) and by a plain store
@@ -127,7 +127,9 @@ pub mod tags {
     pub const WITH_SCRATCH: &str = "scratch/with_scratch";
     /// The thread arenas of [`thread_arena_alloc`](crate::thread_arena_alloc).
     pub const THREAD_ARENAS: &str = "scratch/thread_arenas";
-    /// The Bevy `Scratch` system parameter's arenas (unless their config names another).
+    /// The Bevy `Scratch` system parameter's arenas (unless their config names another):
+    /// the parent of each system's line `scratch/systems/<name>`, and the line of claims
+    /// made outside the plugin's wrapped systems.
     pub const SCRATCH_SYSTEMS: &str = "scratch/systems";
     /// The Bevy `FrameMemory` resource's double-buffered arena.
     pub const FRAME_MEMORY: &str = "scratch/frame_memory";

@@ -11,7 +11,9 @@
 //! same call: add, then undo on refusal, so two threads cannot both slip under it (one
 //! read-modify-write of `total`); the pool's rounding is settled once the block came, at
 //! most 47 bytes. Pools keep `charged` for the untagged rest. A warn budget's crossing is
-//! recorded here and told after the chain lock is released, like every event.
+//! recorded here and told after the chain lock is released, like every event. A reset
+//! that replaces its block keeps the old one charged until the replacement is taken (no
+//! budget dip); the peak leaves it out (`leaving`), since the pool never holds both.
 //!
 //! **Used.** What an arena uses is a plain store, at reset and on a new block, into a
 //! [`UsedSlot`] of the arena's own, on cache lines of its own (a system's batch arenas
@@ -60,6 +62,11 @@ pub(crate) struct TagNode {
     /// Bytes of pool blocks charged now; its most ever.
     held: AtomicUsize,
     peak_held: AtomicUsize,
+    /// Bytes of pool blocks already back in their pool that `held` still counts: a reset
+    /// keeps its tag charged for the block it replaces until the replacement is taken
+    /// (`Chain::release_uncredited`), so that a budget sees no dip. Left out of
+    /// `peak_held`: the pool never held both.
+    leaving: AtomicUsize,
     /// Bytes of heap-fallback blocks charged now.
     heap_held: AtomicUsize,
     /// `held + heap_held`, kept in one atomic so that a hard budget is checked with one
@@ -169,6 +176,7 @@ fn intern(registry: &mut Vec<&'static TagNode>, path: &'static str) -> &'static 
         index: registry.len(),
         held: AtomicUsize::new(0),
         peak_held: AtomicUsize::new(0),
+        leaving: AtomicUsize::new(0),
         heap_held: AtomicUsize::new(0),
         total: AtomicUsize::new(0),
         blocks_taken: AtomicU64::new(0),
@@ -420,7 +428,11 @@ impl TagNode {
                 n.heap_fallbacks.fetch_add(1, Relaxed);
             } else {
                 n.blocks_taken.fetch_add(1, Relaxed);
-                n.peak_held.fetch_max(n.held.load(Relaxed), Relaxed);
+                // Bytes on their way out are not held: a reset's replacement would
+                // otherwise count the block it replaces too, a spike twice.
+                let held = n.held.load(Relaxed);
+                n.peak_held
+                    .fetch_max(held.saturating_sub(n.leaving.load(Relaxed)), Relaxed);
             }
             let total = n
                 .total
@@ -431,6 +443,22 @@ impl TagNode {
                 n.crossings.fetch_add(1, Relaxed);
                 ANY_WARN_PENDING.store(true, Relaxed);
             }
+        }
+    }
+
+    /// A pool block of `bytes` went back to its pool but stays charged until
+    /// [`TagNode::left`]: out of the peak meanwhile.
+    pub(crate) fn leave(&'static self, bytes: usize) {
+        for n in self.lineage() {
+            n.leaving.fetch_add(bytes, Relaxed);
+        }
+    }
+
+    /// The block of a [`TagNode::leave`] was credited (`release` first: a peak read in
+    /// between is low by it, never high).
+    pub(crate) fn left(&'static self, bytes: usize) {
+        for n in self.lineage() {
+            n.leaving.fetch_sub(bytes, Relaxed);
         }
     }
 

@@ -12,6 +12,14 @@
 //!   thread of a `par_iter`), not one per thread it ever ran on: an arena per thread held
 //!   four times what a system needed on a 4-thread compute pool.
 //!
+//! **Lines.** A shared owner's claim may name the ledger tag it is for (a Bevy system's
+//! scratch line). An arena that holds blocks is then one line's: the claim takes a free
+//! arena of its line, else a free one holding nothing (its chain retagged, which moves no
+//! charge), else makes one; never one holding another line's blocks. Each block is charged
+//! to one tag from its taking to its return, so each line is exact and their parent is
+//! their sum. A claim without a line (`TaggedScratch`, a tagged config) takes any free
+//! arena, all of one tag.
+//!
 //! A shared owner's frame end ([`ScratchOwner::end_frame`], reached through `&mut` on its
 //! resource, so no item of it is alive) takes back the arenas of items that were
 //! `mem::forget`-ed, and, at the end of each window of [`SCRATCH_IDLE_PASSES`] frames,
@@ -26,6 +34,7 @@ use crate::fork::{BoxedLock, Level};
 
 use super::slot::{NOT_RECLAIMED, SCRATCH_IDLE_PASSES, Slot, trim_if_oversized};
 use crate::arena::ArenaConfig;
+use crate::ledger::TagNode;
 
 /// Who scratch arenas belong to (see the module docs).
 pub(crate) struct ScratchOwner {
@@ -107,11 +116,17 @@ impl ScratchOwner {
         }
     }
 
-    /// Claims a free arena of a shared owner on the calling thread, making one if all are
-    /// busy; with `item`, as a Bevy item's (its frame recorded: a frame end may take it
-    /// back once the item is gone), else as a batch's (never taken back). The slot comes
+    /// Claims a free arena of a shared owner on the calling thread, making one if none
+    /// fits; with `item`, as a Bevy item's (its frame recorded: a frame end may take it
+    /// back once the item is gone), else as a batch's (never taken back). With a `line`,
+    /// the arena is that ledger tag's (see the module docs): one of its own, else one
+    /// holding nothing (retagged), else a new one; without, any free one. The slot comes
     /// with a reference count of its own.
-    pub(super) fn claim_shared(self: &Arc<Self>, item: bool) -> Arc<Slot> {
+    pub(super) fn claim_shared(
+        self: &Arc<Self>,
+        item: bool,
+        line: Option<&'static TagNode>,
+    ) -> Arc<Slot> {
         let Arenas::Shared(list) = &self.arenas else {
             unreachable!("claim_shared on a per-thread owner");
         };
@@ -121,15 +136,36 @@ impl ScratchOwner {
             NOT_RECLAIMED
         };
         let mut list = list.lock();
-        for slot in list.iter() {
-            if slot.try_claim() {
-                slot.claimed_in.store(claimed_in, Relaxed);
-                return Arc::clone(slot);
-            }
+        let found = match line {
+            None => list.iter().find(|slot| slot.try_claim()),
+            Some(line) => list
+                .iter()
+                .find(|slot| slot.is_of(line) && slot.try_claim())
+                .or_else(|| {
+                    // `held` is a hint (published at the last free); the arena decides.
+                    list.iter().find(|slot| {
+                        if slot.held.load(Relaxed) != 0 || !slot.try_claim() {
+                            return false;
+                        }
+                        // SAFETY: claimed just now, under the owner's lock; nothing of it
+                        // is borrowed.
+                        let adopted = unsafe { slot.adopt_for(line) };
+                        if !adopted {
+                            // SAFETY: claimed just now, nothing allocated from it.
+                            unsafe { slot.unclaim() };
+                        }
+                        adopted
+                    })
+                }),
+        };
+        if let Some(slot) = found {
+            slot.claimed_in.store(claimed_in, Relaxed);
+            return Arc::clone(slot);
         }
+        let config = line.map_or(self.config, |l| self.config.tag(l.path));
         // Kept by the owner past this claim's scope: untagged (see `heap::untagged`).
         let slot = crate::heap::untagged(|| {
-            let slot = Slot::new_busy(self.config, self.id, claimed_in);
+            let slot = Slot::new_busy(config, self.id, claimed_in);
             list.push(Arc::clone(&slot));
             slot
         });

@@ -41,7 +41,7 @@ use super::slot::{NOT_RECLAIMED, SCRATCH_IDLE_PASSES, Slot, slot_ptr, trim_if_ov
 use crate::arena::{ArenaConfig, MemoryArena};
 use crate::fork::{BoxedLock, Global, Level, Lock};
 use crate::global::scratch_pool;
-use crate::ledger::{HeapScope, TagScope};
+use crate::ledger::{HeapScope, TagNode, TagScope};
 
 /// Maintenance passes so far: the clock of idle trimming.
 static PASSES: AtomicU64 = AtomicU64::new(0);
@@ -142,11 +142,16 @@ pub(crate) fn claim(owner: &Arc<ScratchOwner>) -> Option<NonNull<Slot>> {
 /// the slot comes with a reference count of its own, so it stays alive however the
 /// thread's teardown is ordered. From a shared owner's arenas for a Bevy owner (`item`:
 /// an item's claim, which its owner's frame end may take back once the item is gone; else
-/// a batch's), from this thread's stack for `with_scratch`. `None` if the thread's storage
-/// is being torn down. Give it back with [`release`].
-pub(crate) fn claim_held(owner: &Arc<ScratchOwner>, item: bool) -> Option<Arc<Slot>> {
+/// a batch's; `line`: the ledger tag it is for, see `ScratchOwner::claim_shared`), from
+/// this thread's stack for `with_scratch`. `None` if the thread's storage is being torn
+/// down. Give it back with [`release`].
+pub(crate) fn claim_held(
+    owner: &Arc<ScratchOwner>,
+    item: bool,
+    line: Option<&'static TagNode>,
+) -> Option<Arc<Slot>> {
     if owner.is_shared() {
-        return Some(owner.claim_shared(item));
+        return Some(owner.claim_shared(item, line));
     }
     let slot = claim(owner)?;
     // SAFETY: `claim` returned a slot of this thread's stack, which holds an `Arc` of it
@@ -361,12 +366,17 @@ pub fn scratch_batch() -> ScratchBatch {
 /// `TaggedScratch` resource's), claimed on the calling thread. A batch is never a frame's
 /// item: no frame end takes its arena back, however long it lives.
 pub(crate) fn batch_of(owner: &Arc<ScratchOwner>) -> ScratchBatch {
-    batch_in(owner, None)
+    batch_in(owner, None, None)
 }
 
-/// [`batch_of`], its thread's heap allocations charged to `scope` while it lives.
-pub(crate) fn batch_in(owner: &Arc<ScratchOwner>, scope: Option<HeapScope>) -> ScratchBatch {
-    let arena = match claim_held(owner, false) {
+/// [`batch_of`], its thread's heap allocations charged to `scope` while it lives, its
+/// arena `line`'s (see `ScratchOwner::claim_shared`).
+pub(crate) fn batch_in(
+    owner: &Arc<ScratchOwner>,
+    scope: Option<HeapScope>,
+    line: Option<&'static TagNode>,
+) -> ScratchBatch {
+    let arena = match claim_held(owner, false, line) {
         Some(slot) => BatchArena::Claimed(slot),
         None => BatchArena::Private(Box::new(MemoryArena::with_config(
             scratch_pool(),

@@ -6,7 +6,9 @@
 //! the slot, a batch or a Bevy item on whichever thread claimed it, the maintaining thread
 //! or a shared owner's frame end for a trim. A free arena holds nothing alive (freeing
 //! resets it). Slots know their owner only by id; where a slot lives (a thread's stack, an
-//! owner's list) is the business of `scratch` and `owner`.
+//! owner's list) is the business of `scratch` and `owner`. A slot records the ledger tag
+//! its arena's blocks are charged to (`line`), which a shared owner's claim may change only
+//! while the arena holds nothing.
 //!
 //! **The trim window.** A slot records the most one claim used in the current window of
 //! [`SCRATCH_IDLE_PASSES`] passes; at the window's end, [`trim_if_oversized`] gives every
@@ -16,10 +18,11 @@ use std::cell::UnsafeCell;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU64, AtomicUsize};
 
 use crate::arena::{ArenaConfig, MemoryArena, block_need};
 use crate::global::scratch_pool;
+use crate::ledger::{self, TagNode};
 
 /// The length, in calls of [`maintain_global_pools`](crate::maintain_global_pools), of the
 /// window over which a scratch arena (of [`with_scratch`](crate::with_scratch) or of a Bevy
@@ -51,6 +54,10 @@ pub(crate) struct Slot {
     pub(super) peak: AtomicUsize,
     /// The largest `bytes_used` of one claim in the current trim window.
     window_peak: AtomicUsize,
+    /// The ledger tag the arena's blocks are charged to (null: untagged). Changed only by a
+    /// shared owner's claim, under the owner's lock, while the arena holds no block
+    /// ([`Slot::adopt_for`]); read under that lock.
+    pub(super) line: AtomicPtr<TagNode>,
 }
 
 // SAFETY: the arena (`Send`) is used only by whoever holds the slot's state out of `FREE`
@@ -74,6 +81,9 @@ impl Slot {
     }
 
     fn new(config: ArenaConfig, owner_id: u64, state: u8, claimed_in: u64) -> Arc<Slot> {
+        let line = config.tag.map_or(std::ptr::null_mut(), |t| {
+            std::ptr::from_ref(ledger::node(t)).cast_mut()
+        });
         Arc::new(Slot {
             state: AtomicU8::new(state),
             arena: UnsafeCell::new(MemoryArena::with_config(scratch_pool(), config)),
@@ -82,7 +92,44 @@ impl Slot {
             held: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             window_peak: AtomicUsize::new(0),
+            line: AtomicPtr::new(line),
         })
+    }
+
+    /// Whether the arena's blocks are charged to `line`.
+    pub(super) fn is_of(&self, line: &'static TagNode) -> bool {
+        std::ptr::eq(self.line.load(Relaxed), line)
+    }
+
+    /// Makes the claimed arena `line`'s if it holds no block (retagged: nothing charged
+    /// moves) or is `line`'s already; `false`, and nothing changed, if it holds blocks of
+    /// another tag.
+    ///
+    /// # Safety
+    /// The caller holds the slot busy (and no reference to its arena), and holds its
+    /// owner's lock (which orders the writes of `line`).
+    pub(super) unsafe fn adopt_for(&self, line: &'static TagNode) -> bool {
+        if self.is_of(line) {
+            return true;
+        }
+        // SAFETY: per the contract, the arena is the caller's alone.
+        let arena = unsafe { self.arena() };
+        if arena.bytes_held() != 0 {
+            return false;
+        }
+        arena.retag(line);
+        self.line
+            .store(std::ptr::from_ref(line).cast_mut(), Relaxed);
+        true
+    }
+
+    /// Gives back a claim that used nothing of the arena (no reset needed: it was reset
+    /// when last freed, and nothing was allocated since).
+    ///
+    /// # Safety
+    /// The caller holds the slot busy and allocated nothing from it.
+    pub(super) unsafe fn unclaim(&self) {
+        self.state.store(FREE, Release);
     }
 
     /// Moves the slot from free to busy: the caller has the arena to itself until it frees

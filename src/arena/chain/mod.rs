@@ -148,10 +148,9 @@ impl Chain {
         }
     }
 
-    /// Charges this (empty) chain's blocks to `tag` from now on.
-    pub(crate) fn set_tag(&mut self, tag: &'static str) {
+    /// Charges this (empty) chain's blocks to `node` from now on: nothing charged moves.
+    pub(crate) fn set_tag(&mut self, node: &'static TagNode) {
         debug_assert_eq!(self.block_count, 0, "tagging a chain that holds blocks");
-        let node = ledger::node(tag);
         self.tag = Some(Tag {
             node,
             used: node.register_arena(),
@@ -479,10 +478,20 @@ impl Chain {
 
     /// Credits the chain's tag with a block `release_uncredited` gave back.
     pub(super) fn credit(&mut self, pool: &MemoryPool, owed: Uncredited) {
+        self.uncharge(pool, owed);
+        if let Some(t) = &self.tag
+            && !owed.heap
+        {
+            t.node.left(owed.size);
+        }
+    }
+
+    /// Takes a block given back off the chain's tag.
+    fn uncharge(&mut self, pool: &MemoryPool, block: Uncredited) {
         if let Some(t) = &self.tag {
-            t.node.release(owed.size, owed.heap);
-            if !owed.heap {
-                pool.note_charged(owed.size, false);
+            t.node.release(block.size, block.heap);
+            if !block.heap {
+                pool.note_charged(block.size, false);
             }
         }
     }
@@ -505,7 +514,11 @@ impl Chain {
             self.block_count -= 1;
             let owed = Uncredited { size, heap };
             if credit_now {
-                self.credit(pool, owed);
+                self.uncharge(pool, owed);
+            } else if let Some(t) = &self.tag
+                && !heap
+            {
+                t.node.leave(size);
             }
             if let Some(t) = &self.tag {
                 tell_block(false, t.node.path, block.addr(), size, heap);

@@ -217,7 +217,8 @@ impl Chain {
             // merge into can serve it with its pages still resident, and a pool that grows
             // by segments (the web), which cannot merge two segments, can reuse them at
             // all. The tag is credited for the largest only once the replacement is taken,
-            // as if it were still held: a budget sees no dip and no second crossing.
+            // as if it were still held: a budget sees no dip and no second crossing. Its
+            // peak leaves it out (`TagNode::leave`): the pool never holds both.
             let mut old = None;
             if !keep.is_null() {
                 // SAFETY: `keep` is ours, unlinked and dead.

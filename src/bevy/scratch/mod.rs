@@ -7,6 +7,22 @@
 //! thread it ever ran on. Dropping the item resets the arena and frees it for the next
 //! claim; the resource's frame end (which the plugin runs) trims idle arenas.
 //!
+//! **A line per system.** `ScratchArenas`' blocks are charged to the running system's own
+//! ledger line, `scratch/systems/<name>` (named after its heap line `systems/<name>`, see
+//! [`lines`]), its item's and its [`ScratchBatches`]' alike; `scratch/systems`, their
+//! parent, is every system's total plus, on its own, the claims made outside any wrapped
+//! system (no plugin, a one-shot `run_system_cached`, an observer). The arenas stay one
+//! pool, under one rule: **an arena that holds blocks is one line's.** A claim takes a free
+//! arena of its own line, else a free one that holds nothing (retagged: nothing charged
+//! moves), else makes one; it never takes an arena holding another line's blocks. So
+//! every block is charged to the line whose claim took it, from its taking to its return,
+//! a reset's kept block included: a line's `held` is what its arenas keep for it between
+//! runs, its peak its own runs' doing; no byte is moved, counted twice or lost, and
+//! `scratch/systems` is exactly the sum. The price: retained blocks are kept per line (the
+//! sum of the systems' needs, not the most the claims alive at once needed); an arena idle
+//! for a trim window gives its blocks back and is anyone's again. `TaggedScratch<T>` and a
+//! `ScratchArenas` whose config names a tag charge that one tag, whichever system claims.
+//!
 //! Why this is sound under Bevy's executor:
 //! - **Work stealing.** A system blocked in `par_iter` or a task scope runs other systems on
 //!   its own thread meanwhile. Those claim *other* arenas (a claim takes only a free one,
@@ -25,7 +41,6 @@
 //!   workers use instead, each batch claiming an arena of its own on its thread.
 
 use std::alloc::Layout;
-use std::any::TypeId;
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::NonNull;
@@ -39,11 +54,12 @@ use bevy_tasks::ComputeTaskPool;
 
 use crate::arena::{ArenaConfig, MemoryArena};
 use crate::global::scratch_pool;
-use crate::ledger::{self, HeapScope};
+use crate::ledger::{self, HeapScope, TagNode};
 use crate::per_thread::{
     ScratchBatch, ScratchOwner, Slot, batch_in, claim_held, release, slot_ptr,
 };
 
+pub(crate) mod lines;
 mod param;
 
 /// The scratch arenas behind [`Scratch`], which any thread may claim; inserted by
@@ -69,6 +85,9 @@ mod param;
 #[derive(Resource)]
 pub struct ScratchArenas {
     owner: Arc<ScratchOwner>,
+    /// Each system's claims charge its own line under `scratch/systems` (the config named
+    /// no tag; see [`lines`]).
+    per_system: bool,
 }
 
 impl Default for ScratchArenas {
@@ -106,8 +125,11 @@ unsafe fn end_owner_frame(owner: &ScratchOwner) -> ScratchFrameStats {
 }
 
 impl ScratchArenas {
-    /// Scratch arenas whose blocks follow `config`; without a tag in `config`, their
-    /// blocks are charged to the ledger tag `scratch/systems`. O(1).
+    /// Scratch arenas whose blocks follow `config`. Without a tag in `config`, each
+    /// system's claims are charged to its own line `scratch/systems/<system>` (the
+    /// plugin's wrapping names it; claims outside a wrapped system go to `scratch/systems`
+    /// itself: see the module docs); with a tag, every claim is charged to that one tag.
+    /// O(1).
     ///
     /// ```
     /// use nebula_memory::{ArenaConfig, bevy::ScratchArenas};
@@ -116,14 +138,23 @@ impl ScratchArenas {
     #[track_caller]
     pub fn with_config(config: ArenaConfig) -> Self {
         config.check_against(scratch_pool());
-        let config = if config.tag.is_none() {
+        let per_system = config.tag.is_none();
+        let config = if per_system {
             config.tag(crate::ledger::tags::SCRATCH_SYSTEMS)
         } else {
             config
         };
         ScratchArenas {
             owner: ScratchOwner::shared(config),
+            per_system,
         }
+    }
+
+    /// The line a claim made now is for: the running system's, or `scratch/systems`
+    /// (`None`: the config's one tag, any arena).
+    fn line_now(&self) -> Option<&'static TagNode> {
+        self.per_system
+            .then(|| lines::line_of(ledger::current_scope()))
     }
 
     /// Ends the frame for these scratch arenas and returns the frame's figures. Arenas
@@ -207,141 +238,8 @@ pub struct Scratch<'w> {
     claim: Claim,
     /// The resource's owner (borrowed for the run), for [`Scratch::batches`].
     owner: &'w Arc<ScratchOwner>,
-}
-
-/// Names the ledger tag of a [`TaggedScratch`] parameter's arenas.
-///
-/// ```
-/// struct Meshing;
-/// impl nebula_memory::bevy::ScratchTag for Meshing {
-///     const TAG: &'static str = "render/meshing";
-/// }
-/// ```
-pub trait ScratchTag: Send + Sync + 'static {
-    /// A `/`-separated ledger path (see [`ArenaConfig::tag`]).
-    const TAG: &'static str;
-}
-
-/// The scratch arenas behind [`TaggedScratch<T>`]: an owner of scratch arenas of its
-/// own, which any thread may claim, whose blocks are charged to `T::TAG`. The parameter
-/// inserts it the first time a system uses it, with the [`ScratchArenas`] config if there
-/// is one; an app may insert one of its own config first.
-#[derive(Resource)]
-pub struct TaggedScratchArenas<T: ScratchTag> {
-    owner: Arc<ScratchOwner>,
-    _tag: PhantomData<fn() -> T>,
-}
-
-impl<T: ScratchTag> TaggedScratchArenas<T> {
-    /// Arenas whose blocks follow `config`, charged to `T::TAG`. O(1).
-    ///
-    /// # Panics
-    /// As [`ScratchArenas::with_config`], or if `T::TAG` is not a valid tag.
-    #[track_caller]
-    pub fn with_config(config: ArenaConfig) -> Self {
-        config.check_against(scratch_pool());
-        TaggedScratchArenas {
-            owner: ScratchOwner::shared(config.tag(T::TAG)),
-            _tag: PhantomData,
-        }
-    }
-}
-
-impl<T: ScratchTag> TaggedScratchArenas<T> {
-    /// Ends the frame for these arenas (see [`ScratchArenas::end_frame`]): the arena of an
-    /// item that was `mem::forget`-ed is taken back, idle ones trimmed. `&mut self` proves
-    /// no [`TaggedScratch<T>`] item of these arenas is alive.
-    /// [`reset_frame_arenas_system`](super::reset_frame_arenas_system) calls it for every
-    /// `T` a system of the world uses, whoever inserted the resource. O(arenas).
-    ///
-    /// ```
-    /// struct Ai;
-    /// impl nebula_memory::bevy::ScratchTag for Ai {
-    ///     const TAG: &'static str = "doc/ai";
-    /// }
-    /// let mut arenas = nebula_memory::bevy::TaggedScratchArenas::<Ai>::with_config(
-    ///     nebula_memory::ArenaConfig::default(),
-    /// );
-    /// assert_eq!(arenas.end_frame().arenas, 0);
-    /// ```
-    pub fn end_frame(&mut self) -> ScratchFrameStats {
-        // SAFETY: `&mut self`: every item borrows the resource (through its world), so
-        // none is alive.
-        unsafe { end_owner_frame(&self.owner) }
-    }
-}
-
-/// The frame ends of a world's [`TaggedScratchArenas`]: one function per tag type a
-/// system of the world uses, registered by the parameter's `init_state`. Each reaches its
-/// resource through the world it is given, so exclusive access to that world is the proof
-/// that no item of it is alive; a resource moved to another world is that world's to end.
-#[derive(Resource, Default)]
-pub(crate) struct TaggedFrameEnds(Vec<(TypeId, FrameEnd)>);
-
-/// Ends the frame of one tag type's arenas in the world it is given.
-type FrameEnd = fn(&mut World);
-
-impl TaggedFrameEnds {
-    /// Registers the frame end of `TaggedScratchArenas<T>` (once per `T`).
-    fn register<T: ScratchTag>(&mut self) {
-        let id = TypeId::of::<T>();
-        if !self.0.iter().any(|(t, _)| *t == id) {
-            self.0.push((id, end_tagged_frame::<T>));
-        }
-    }
-
-    /// Ends the frame of every registered tag's arenas in `world` (those present).
-    /// Allocates nothing.
-    pub(crate) fn end_frames(world: &mut World) {
-        if !world.contains_resource::<TaggedFrameEnds>() {
-            return;
-        }
-        world.resource_scope(|world, ends: Mut<TaggedFrameEnds>| {
-            for &(_, end) in &ends.0 {
-                end(world);
-            }
-        });
-    }
-}
-
-fn end_tagged_frame<T: ScratchTag>(world: &mut World) {
-    if let Some(mut arenas) = world.get_resource_mut::<TaggedScratchArenas<T>>() {
-        arenas.end_frame();
-    }
-}
-
-/// A [`Scratch`] whose arenas charge the ledger tag `T::TAG` instead of `scratch/systems`,
-/// so a system's scratch use shows in the ledger on a line of its own. Its arenas are its
-/// own (a block is never shared by two tags, so every byte is charged once); everything
-/// else is as for [`Scratch`]. Needs no resource: the first system that uses it inserts
-/// [`TaggedScratchArenas<T>`].
-///
-/// ```standalone_crate
-/// use bevy_app::{App, Update};
-/// use nebula_memory::Arena;
-/// use nebula_memory::bevy::{MemoryLedger, MemoryPlugin, ScratchTag, TaggedScratch};
-///
-/// struct Meshing;
-/// impl ScratchTag for Meshing {
-///     const TAG: &'static str = "render/meshing";
-/// }
-///
-/// fn mesh(scratch: TaggedScratch<Meshing>) {
-///     let quads = scratch.alloc_slice(10_000, [0f32; 4]);
-///     assert_eq!(quads.len(), 10_000);
-/// }
-///
-/// let mut app = App::new();
-/// app.add_plugins(MemoryPlugin::default()).add_systems(Update, mesh);
-/// app.update();
-/// let ledger = app.world().resource::<MemoryLedger>();
-/// assert!(ledger.tag("render/meshing").unwrap().held >= 160_000);
-/// ```
-pub struct TaggedScratch<'w, T: ScratchTag> {
-    claim: Claim,
-    /// The resource's owner (borrowed for the run), for [`TaggedScratch::batches`].
-    owner: &'w Arc<ScratchOwner>,
-    _tag: PhantomData<fn() -> T>,
+    /// The ledger line the item's arena is charged to, for its batches too.
+    line: Option<&'static TagNode>,
 }
 
 /// Scratch batches of a system's arenas, for work it spreads over threads: `Send`, `Sync`
@@ -387,26 +285,31 @@ pub struct ScratchBatches<'w> {
     /// The heap scope of the system that asked for the batches: each batch's thread is in
     /// it while the batch lives, so a `par_iter` body's heap is charged to the system.
     scope: HeapScope,
+    /// The ledger line of the item they came from: the batches' arenas are charged there.
+    line: Option<&'static TagNode>,
 }
 
 impl<'w> ScratchBatches<'w> {
     /// The batches of `owner`, which first holds enough arenas for a batch on every thread
     /// of the compute pool at once (and the item, and the thread running the system, which
-    /// takes batches too while it waits): after the first frame, claiming batches takes no
+    /// takes batches too while it waits): after the first frames, claiming batches takes no
     /// heap allocation. A claim past that (a thread taking a second batch while it waits
-    /// on the first) makes one more arena.
-    fn of(owner: &'w Arc<ScratchOwner>) -> Self {
+    /// on the first, or finding the free arenas holding other lines' blocks) makes one
+    /// more arena, the line's from then on.
+    pub(super) fn of(owner: &'w Arc<ScratchOwner>, line: Option<&'static TagNode>) -> Self {
         let threads = ComputeTaskPool::try_get().map_or(1, |pool| pool.thread_num());
         owner.reserve_shared(threads.saturating_add(2));
         ScratchBatches {
             owner,
             scope: ledger::current_scope(),
+            line,
         }
     }
 
-    /// A batch on an arena of the system's parameter, claimed on the calling thread. O(1).
+    /// A batch on an arena of the system's parameter, claimed on the calling thread and
+    /// charged to the system's line. O(arenas of the parameter).
     pub fn batch(&self) -> ScratchBatch {
-        batch_in(self.owner, Some(self.scope))
+        batch_in(self.owner, Some(self.scope), self.line)
     }
 }
 
@@ -439,16 +342,7 @@ impl Scratch<'_> {
     /// world.run_system_cached(sum_per_item).unwrap();
     /// ```
     pub fn batches(&self) -> ScratchBatches<'_> {
-        ScratchBatches::of(self.owner)
-    }
-}
-
-impl<T: ScratchTag> TaggedScratch<'_, T> {
-    /// Scratch batches of this parameter's arenas, charged to `T::TAG`, for work spread
-    /// over threads (see [`ScratchBatches`]). O(1) after the system's first run, which
-    /// makes an arena per compute thread.
-    pub fn batches(&self) -> ScratchBatches<'_> {
-        ScratchBatches::of(self.owner)
+        ScratchBatches::of(self.owner, self.line)
     }
 }
 
@@ -468,9 +362,13 @@ struct Claim {
 struct ScratchStaysOnItsThread(PhantomData<*const ()>);
 
 impl Claim {
-    /// Claims an arena of `owner` on this thread for system parameter `P`.
-    fn new<P>(owner: &Arc<ScratchOwner>) -> Result<Claim, SystemParamValidationError> {
-        let slot = claim_held(owner, true).ok_or_else(|| {
+    /// Claims an arena of `owner` on this thread for system parameter `P`, charged to
+    /// `line` (`None`: the owner's tag).
+    fn new<P>(
+        owner: &Arc<ScratchOwner>,
+        line: Option<&'static TagNode>,
+    ) -> Result<Claim, SystemParamValidationError> {
+        let slot = claim_held(owner, true, line).ok_or_else(|| {
             SystemParamValidationError::invalid::<P>(
                 "this thread's storage is being torn down: no scratch arena for it",
             )
@@ -499,15 +397,6 @@ impl Drop for Claim {
 }
 
 impl Deref for Scratch<'_> {
-    type Target = MemoryArena<'static>;
-
-    #[inline(always)]
-    fn deref(&self) -> &MemoryArena<'static> {
-        self.claim.arena()
-    }
-}
-
-impl<T: ScratchTag> Deref for TaggedScratch<'_, T> {
     type Target = MemoryArena<'static>;
 
     #[inline(always)]
@@ -561,19 +450,13 @@ macro_rules! forward_allocator {
 }
 
 forward_allocator!([] Scratch<'_>);
-forward_allocator!([T: ScratchTag] TaggedScratch<'_, T>);
+
+mod tagged;
+pub(crate) use tagged::TaggedFrameEnds;
+pub use tagged::{ScratchTag, TaggedScratch, TaggedScratchArenas};
 
 impl std::fmt::Debug for Scratch<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scratch").field("arena", &**self).finish()
-    }
-}
-
-impl<T: ScratchTag> std::fmt::Debug for TaggedScratch<'_, T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaggedScratch")
-            .field("tag", &T::TAG)
-            .field("arena", &**self)
-            .finish()
     }
 }

@@ -50,9 +50,11 @@ unsafe impl SystemParam for Scratch<'_> {
                     )
                 })?
                 .into_inner();
+        let line = arenas.line_now();
         Ok(Scratch {
-            claim: Claim::new::<Self>(&arenas.owner)?,
+            claim: Claim::new::<Self>(&arenas.owner, line)?,
             owner: &arenas.owner,
+            line,
         })
     }
 }
@@ -104,7 +106,7 @@ unsafe impl<T: ScratchTag> SystemParam for TaggedScratch<'_, T> {
         })?
         .into_inner();
         Ok(TaggedScratch {
-            claim: Claim::new::<Self>(&arenas.owner)?,
+            claim: Claim::new::<Self>(&arenas.owner, None)?,
             owner: &arenas.owner,
             _tag: PhantomData,
         })
