@@ -6,12 +6,14 @@
 //! (the `child` test, which does nothing unless `NEBULA_ATTRIBUTION_CHILD` is set).
 #![cfg(feature = "bevy")]
 
+mod common;
+
 use std::alloc::System;
 use std::hint::black_box;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use bevy_app::{App, TaskPoolOptions, TaskPoolPlugin, TaskPoolThreadAssignmentPolicy, Update};
+use bevy_app::{App, TaskPoolPlugin, Update};
 use bevy_ecs::prelude::*;
 use nebula_memory::bevy::{
     AttributionLayer, MemoryLedger, MemoryPlugin, Scratch, tag_task_pool_threads,
@@ -26,17 +28,7 @@ const CHILD: &str = "NEBULA_ATTRIBUTION_CHILD";
 
 /// Runs the `child` test in a new process of this binary, in `mode`.
 fn in_child(mode: &str) {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, mode)
-        .output()
-        .expect("the test binary runs");
-    assert!(
-        out.status.success(),
-        "child {mode} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::in_child(CHILD, mode);
 }
 
 #[test]
@@ -77,19 +69,9 @@ fn child() {
 /// A headless app whose compute pool has exactly `threads` threads, each pool's threads
 /// on a `tasks/<pool>` line, with the memory plugin.
 fn app(threads: usize) -> App {
-    let compute = TaskPoolThreadAssignmentPolicy {
-        min_threads: threads,
-        max_threads: threads,
-        percent: 1.0,
-        on_thread_spawn: None,
-        on_thread_destroy: None,
-    };
     let mut app = App::new();
     app.add_plugins(TaskPoolPlugin {
-        task_pool_options: tag_task_pool_threads(TaskPoolOptions {
-            compute,
-            ..Default::default()
-        }),
+        task_pool_options: tag_task_pool_threads(common::compute_threads(threads)),
     })
     .add_plugins(MemoryPlugin::default());
     app

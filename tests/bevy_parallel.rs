@@ -2,32 +2,24 @@
 //! its own: Bevy's task pools are process-wide and the first configuration wins).
 #![cfg(feature = "bevy")]
 
+mod common;
+
 use nebula_memory::Arena;
 use std::collections::HashSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use allocator_api2::vec::Vec as AVec;
-use bevy_app::{App, TaskPoolOptions, TaskPoolPlugin, TaskPoolThreadAssignmentPolicy, Update};
+use bevy_app::{App, TaskPoolPlugin, Update};
 use bevy_ecs::prelude::*;
 use nebula_memory::bevy::{MemoryPlugin, MemoryStats, Scratch};
 
 /// A headless app whose compute pool has exactly 4 threads (on a 2-core machine Bevy's
 /// default would give it one), with the memory plugin.
 fn app() -> App {
-    let compute = TaskPoolThreadAssignmentPolicy {
-        min_threads: 4,
-        max_threads: 4,
-        percent: 1.0,
-        on_thread_spawn: None,
-        on_thread_destroy: None,
-    };
     let mut app = App::new();
     app.add_plugins(TaskPoolPlugin {
-        task_pool_options: TaskPoolOptions {
-            compute,
-            ..Default::default()
-        },
+        task_pool_options: common::compute_threads(4),
     })
     .add_plugins(MemoryPlugin::default());
     app

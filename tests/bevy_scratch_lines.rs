@@ -10,9 +10,11 @@
 //! (`ledger::record_events`), each naming the tag its block was charged to.
 #![cfg(feature = "bevy")]
 
+mod common;
+
 use std::hint::black_box;
 
-use bevy_app::{App, TaskPoolOptions, TaskPoolPlugin, TaskPoolThreadAssignmentPolicy, Update};
+use bevy_app::{App, TaskPoolPlugin, Update};
 use bevy_ecs::prelude::*;
 use nebula_memory::Arena;
 use nebula_memory::bevy::{MemoryLedger, MemoryPlugin, Scratch};
@@ -22,17 +24,7 @@ const CHILD: &str = "NEBULA_SCRATCH_LINES";
 
 /// Runs the `child` test in a new process of this binary, in `mode`.
 fn in_child(mode: &str) {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, mode)
-        .output()
-        .expect("the test binary runs");
-    assert!(
-        out.status.success(),
-        "child {mode} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::in_child(CHILD, mode);
 }
 
 #[test]
@@ -73,19 +65,9 @@ fn child() {
 /// A headless app whose compute pool has exactly `threads` threads, with the memory
 /// plugin.
 fn app(threads: usize) -> App {
-    let compute = TaskPoolThreadAssignmentPolicy {
-        min_threads: threads,
-        max_threads: threads,
-        percent: 1.0,
-        on_thread_spawn: None,
-        on_thread_destroy: None,
-    };
     let mut app = App::new();
     app.add_plugins(TaskPoolPlugin {
-        task_pool_options: TaskPoolOptions {
-            compute,
-            ..Default::default()
-        },
+        task_pool_options: common::compute_threads(threads),
     })
     .add_plugins(MemoryPlugin::default());
     assert_eq!(

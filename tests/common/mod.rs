@@ -264,3 +264,37 @@ pub fn warnings() -> &'static std::sync::Mutex<Vec<String>> {
     });
     &EVENTS
 }
+
+/// Bevy's task pools with a compute pool of exactly `threads` threads (on these 2-core
+/// machines Bevy's default gives it one; players' machines run 4 to 16).
+#[cfg(feature = "bevy")]
+pub fn compute_threads(threads: usize) -> bevy_app::TaskPoolOptions {
+    bevy_app::TaskPoolOptions {
+        compute: bevy_app::TaskPoolThreadAssignmentPolicy {
+            min_threads: threads,
+            max_threads: threads,
+            percent: 1.0,
+            on_thread_spawn: None,
+            on_thread_destroy: None,
+        },
+        ..Default::default()
+    }
+}
+
+/// Runs the test named `child` of this test binary in a new process, with the environment
+/// variable `var` set to `mode` (that test does nothing without it), and fails with the
+/// child's output if the child fails. For what is process-wide (Bevy's task pools, the
+/// global allocator's figures): each case gets a process of its own.
+pub fn in_child(var: &str, mode: &str) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(var, mode)
+        .output()
+        .expect("the test binary runs");
+    assert!(
+        out.status.success(),
+        "child {mode} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
