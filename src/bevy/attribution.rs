@@ -310,7 +310,7 @@ pub(crate) fn attribute_systems(world: &mut World) {
                 }
             }
             let heap_id = node_heap_id(&tag);
-            lines::register(heap_id, scratch_line(&tag, config.under));
+            lines::register(heap_id, &scratch_line(&tag, config.under));
             let placeholder: Box<dyn System<In = (), Out = ()>> =
                 Box::new(IntoSystem::into_system(|| {}));
             let inner = std::mem::replace(slot, SystemWithAccess::new(placeholder));

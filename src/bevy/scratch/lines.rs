@@ -29,18 +29,19 @@ static FALLBACK: AtomicPtr<TagNode> = AtomicPtr::new(ptr::null_mut());
 
 /// Records that claims made in the heap scope `heap_id` (a wrapped system's line) are
 /// charged to the tag `line`. The first registration of an id stays (the id names one
-/// heap line, so one scratch line). O(lines).
-pub(crate) fn register(heap_id: u16, line: String) {
+/// heap line, so one scratch line). The name is kept for the process: untagged (see
+/// `heap::untagged`), whichever scope the wrapping runs in. O(lines).
+pub(crate) fn register(heap_id: u16, line: &str) {
     if heap_id == 0 {
         return; // outside every scope, or past the counters' table: not one system's
     }
     let i = usize::from(heap_id) % TAGS;
-    {
+    crate::heap::untagged(|| {
         let mut names = NAMES.lock();
         if !names.iter().any(|&(id, _)| id == heap_id) {
-            names.push((heap_id, line.into_boxed_str()));
+            names.push((heap_id, line.into()));
         }
-    }
+    });
     NAMED[i].store(true, Release);
 }
 
