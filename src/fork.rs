@@ -40,8 +40,9 @@
 //! installed at the first registration; a fork racing that very first one may miss them.
 //! Unix only: Windows and the web have no `fork`. Under Miri, locks register but no
 //! handler is installed (Miri has no `fork`). The lists of locks live for the process, so
-//! their growth is charged to no heap scope (`heap::untagged`), nor is a `Global`'s value:
-//! the module's one import from the crate.
+//! their growth is charged to no heap scope (`heap::untagged`), nor is a `Global`'s value.
+//! The heap sampler's spin lock (taken inside `alloc`, so never registered) is taken last
+//! by name: the module's other import from the crate.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
@@ -433,8 +434,9 @@ static HELD: HeldCell = HeldCell(UnsafeCell::new(Held {
     locks: Vec::new(),
 }));
 
-/// Installs the handlers, once per process: cheap after the first call (one load).
-fn install() {
+/// Installs the handlers, once per process: cheap after the first call (one load). The
+/// sampler's tables call it when they are made.
+pub(crate) fn install() {
     static INSTALLED: AtomicBool = AtomicBool::new(false);
     #[cfg(all(unix, not(miri)))]
     if !INSTALLED.load(Acquire) && !INSTALLED.swap(true, Acquire) {
@@ -475,6 +477,8 @@ extern "C" fn prepare() {
         }
         held.lists.push(list);
     }
+    // The sampler's table lock, last: a thread holding any lock above may allocate.
+    crate::heap::sample::fork_prepare();
 }
 
 /// *Parent* and *child*: releases what *prepare* took, the last taken first. In the child
@@ -484,6 +488,7 @@ extern "C" fn prepare() {
 extern "C" fn release() {
     // SAFETY: *prepare* ran on this thread and holds `FORKING` (see `HeldCell`).
     let held = unsafe { &mut *HELD.0.get() };
+    crate::heap::sample::fork_release();
     while let Some(lock) = held.locks.pop() {
         drop(lock);
     }

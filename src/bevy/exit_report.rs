@@ -64,6 +64,10 @@ pub(crate) fn report_on_exit(world: &mut World) {
     if !warnings.is_empty() {
         table.push_str(&format!("\nwarnings:\n{warnings}"));
     }
+    // Sampling on: where in the code the flagged and the busiest lines' heap comes from.
+    if let Some(sites) = crate::ledger::exit_section(ledger) {
+        table.push_str(&sites);
+    }
     if let Some(note) = world
         .get_resource::<Exactness>()
         .and_then(|e| e.note.as_ref())

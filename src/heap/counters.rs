@@ -50,7 +50,11 @@ pub(crate) const UNTAGGED: u16 = 0;
 /// - `net`: bytes brought less bytes given back (by frees, and a `realloc`'s old size), in
 ///   this shard: below zero in a shard that frees more than it allocated. The bytes given
 ///   back are `up - net`, so a free adds to two words, not three;
-/// - `high`: the most `net` reached since the frame began.
+/// - `high`: the most `net` reached since the frame began;
+/// - `at`, `mean`: the sampler's next threshold on `up` (see [`sample`](super::sample):
+///   an allocation that takes `up` past it goes to the sampler; 0 in the all-zero table,
+///   so a counter's first allocation does) and the mean it was drawn with (0: a poll,
+///   drawn while sampling was off).
 ///
 /// 64 bytes, a cache line: a thread's event touches one line of its own shard.
 #[repr(C, align(64))]
@@ -60,6 +64,8 @@ struct Counter {
     frees: AtomicU64,
     net: AtomicI64,
     high: AtomicI64,
+    at: AtomicU64,
+    mean: AtomicU64,
 }
 
 #[allow(clippy::declare_interior_mutable_const)] // the array repeat expression's element
@@ -69,6 +75,8 @@ const ZERO: Counter = Counter {
     frees: AtomicU64::new(0),
     net: AtomicI64::new(0),
     high: AtomicI64::new(0),
+    at: AtomicU64::new(0),
+    mean: AtomicU64::new(0),
 };
 
 type Row = [Counter; TAGS];
@@ -157,11 +165,14 @@ fn signed(bytes: usize) -> i64 {
 
 /// An allocation event on a counter of the calling thread's own shard (no other thread
 /// writes its counts; a frame end may set `high`): `calls` calls, `up` bytes brought,
-/// `down` bytes given back; raises the high.
+/// `down` bytes given back; raises the high. Returns whether the bytes brought crossed
+/// the sampler's threshold (`up` passed `at`: one comparison).
 #[inline(always)]
-fn own_alloc(c: &Counter, calls: u64, up: usize, down: usize) {
+fn own_alloc(c: &Counter, calls: u64, up: usize, down: usize) -> bool {
     own_add(&c.allocs, calls);
-    own_add(&c.up, up as u64);
+    let total = c.up.load(Relaxed).wrapping_add(up as u64);
+    c.up.store(total, Relaxed);
+    let crossed = total > c.at.load(Relaxed);
     let n = c
         .net
         .load(Relaxed)
@@ -171,6 +182,7 @@ fn own_alloc(c: &Counter, calls: u64, up: usize, down: usize) {
     if n > c.high.load(Relaxed) {
         c.high.store(n, Relaxed);
     }
+    crossed
 }
 
 /// A free of `size` bytes on a counter of the calling thread's own shard.
@@ -190,12 +202,13 @@ fn own_add(c: &AtomicU64, by: u64) {
 
 /// The same events on a counter of the shared shard, with read-modify-writes. Its high
 /// is approximate under contention (a net read between other threads' events).
-fn shared_alloc(c: &Counter, calls: u64, up: usize, down: usize) {
+fn shared_alloc(c: &Counter, calls: u64, up: usize, down: usize) -> bool {
     c.allocs.fetch_add(calls, Relaxed);
-    c.up.fetch_add(up as u64, Relaxed);
+    let total = c.up.fetch_add(up as u64, Relaxed).wrapping_add(up as u64);
     let delta = signed(up).wrapping_sub(signed(down));
     let n = c.net.fetch_add(delta, Relaxed).wrapping_add(delta);
     c.high.fetch_max(n, Relaxed);
+    total > c.at.load(Relaxed)
 }
 
 fn shared_free(c: &Counter, size: usize) {
@@ -204,9 +217,10 @@ fn shared_free(c: &Counter, size: usize) {
 }
 
 /// A new allocation of `size` bytes: counted on the thread's current tag, whose id (below
-/// [`TAGS`]) goes in the allocation's owner map entry.
+/// [`TAGS`]) goes in the allocation's owner map entry; and whether the sampler takes it
+/// (see [`sample`](super::sample)).
 #[inline(always)]
-pub(crate) fn charge(size: usize) -> u16 {
+pub(crate) fn charge(size: usize) -> (u16, bool) {
     LOCAL.with(|l| {
         let c = l.counter.get();
         if c.is_null() {
@@ -214,20 +228,53 @@ pub(crate) fn charge(size: usize) -> u16 {
         }
         // SAFETY: a non-null `counter` points into `TABLE` (a static), in this thread's
         // own shard (see `set_tag`, `counter_of`).
-        own_alloc(unsafe { &*c }, 1, size, 0);
-        l.tag.get()
+        let c = unsafe { &*c };
+        let crossed = own_alloc(c, 1, size, 0);
+        (l.tag.get(), sampled(c, crossed, size))
     })
 }
 
 #[cold]
 #[inline(never)]
-fn charge_slow(l: &Local, size: usize) -> u16 {
+fn charge_slow(l: &Local, size: usize) -> (u16, bool) {
     let tag = l.tag.get() % TAGS as u16;
-    match counter_of(l, tag) {
-        Ok(c) => own_alloc(c, 1, size, 0),
-        Err(c) => shared_alloc(c, 1, size, 0),
+    let (c, crossed) = match counter_of(l, tag) {
+        Ok(c) => (c, own_alloc(c, 1, size, 0)),
+        Err(c) => (c, shared_alloc(c, 1, size, 0)),
+    };
+    (tag, sampled(c, crossed, size))
+}
+
+/// Whether the sampler takes an allocation of `size` bytes that `crossed` (or not) its
+/// counter's threshold: the common answer, no, in two tests; the rest out of line.
+#[inline(always)]
+fn sampled(c: &Counter, crossed: bool, size: usize) -> bool {
+    if crossed || size >= super::sample::ALWAYS {
+        return sample_check(c, crossed, size);
     }
-    tag
+    false
+}
+
+/// The sampler's decision for a counter whose threshold was crossed, or an allocation
+/// too large to leave to chance; draws the next threshold. A threshold drawn while
+/// sampling was off (a poll) only arms the counter: sampling turned on reaches each
+/// counter within [`sample::POLL`](super::sample::POLL) bytes of its allocations.
+#[cold]
+#[inline(never)]
+fn sample_check(c: &Counter, crossed: bool, size: usize) -> bool {
+    let mean = super::sample::mean();
+    let drawn_with = c.mean.load(Relaxed);
+    if crossed || drawn_with != mean {
+        let gap = if mean == 0 {
+            super::sample::POLL
+        } else {
+            super::sample::draw(mean)
+        };
+        let up = c.up.load(Relaxed);
+        c.at.store(up.saturating_add(gap), Relaxed);
+        c.mean.store(mean, Relaxed);
+    }
+    mean != 0 && ((crossed && drawn_with == mean) || size >= super::sample::ALWAYS)
 }
 
 /// The counter of tag `id` for the calling thread: in its own shard (taking one on the
@@ -278,10 +325,13 @@ fn credit_slow(l: &Local, id: u16, size: usize) {
 /// A reallocation from `old` to `new` bytes, kept on the tag `id` it was made under: an
 /// allocation call of `new` bytes, and `old` bytes back (no free call).
 #[inline(always)]
-pub(crate) fn resize(id: u16, old: usize, new: usize) {
-    LOCAL.with(|l| match counter_of(l, id) {
-        Ok(c) => own_alloc(c, 1, new, old),
-        Err(c) => shared_alloc(c, 1, new, old),
+pub(crate) fn resize(id: u16, old: usize, new: usize) -> bool {
+    LOCAL.with(|l| {
+        let (c, crossed) = match counter_of(l, id) {
+            Ok(c) => (c, own_alloc(c, 1, new, old)),
+            Err(c) => (c, shared_alloc(c, 1, new, old)),
+        };
+        sampled(c, crossed, new)
     })
 }
 

@@ -76,6 +76,7 @@
 pub(crate) mod counters;
 pub(crate) mod owners;
 mod record;
+pub(crate) mod sample;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 
@@ -279,12 +280,12 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
                 .realloc(p, inner_layout_of(old, layout.align()), new_inner.size())
         };
         if let Some((id, old)) = taken {
-            let (at, size) = if q.is_null() { (p, old) } else { (q, new_size) };
-            if record::put_back(at.addr(), id, size) {
-                if !q.is_null() {
-                    counters::resize(id, old, new_size);
-                }
+            let kept = if q.is_null() {
+                record::put_back(p.addr(), id, old)
             } else {
+                record::regrow(q.addr(), id, old, new_size)
+            };
+            if !kept {
                 // The map cannot hold the new record: counted as freed, untracked from
                 // now on. (`p`'s was held, so a failed realloc always finds its place.)
                 counters::credit(id, old);

@@ -8,9 +8,11 @@
 //! (the low 6), never 0, so a tracked allocation's entry is never 0. (Code low: the free
 //! path reads the size with a mask, and `id << 6`, the offset of the tag's 64-byte
 //! counter, with another.)
-//! - `1..=61`: the size is `code - 1` (0 to 60 bytes; a zero size is outside
+//! - `1..=60`: the size is `code - 1` (0 to 59 bytes; a zero size is outside
 //!   `GlobalAlloc`'s contract, and kept exact all the same);
-//! - [`ONE_WORD`]: the size (61 to 65,535) is the next granule's entry;
+//! - [`SAMPLED`]: the sampler took the allocation ([`sample`](super::sample)): its size is
+//!   in the sampler's table, keyed by the address, with its call stack;
+//! - [`ONE_WORD`]: the size (60 to 65,535) is the next granule's entry;
 //! - [`THREE_WORDS`]: the size (65,536 to 2^48 - 1) is the next three granules' entries,
 //!   low bits first. An allocation of 2^48 bytes or more (none fits a 48-bit user address
 //!   space) is not tracked.
@@ -20,7 +22,7 @@
 //! start, and an allocation of more than `16 * j` bytes covers the start of granule
 //! `g0 + j`. No other live allocation starts there, and entries are written only at an
 //! allocation's first granule, so the entries after it are free for its size: one needs
-//! more than 16 bytes (61 and up), three more than 48 (65,536 and up). They are cleared
+//! more than 16 bytes (60 and up), three more than 48 (65,536 and up). They are cleared
 //! with the first when the allocation is freed, so an allocation that starts there later
 //! without being tracked (tracking off) finds its entry 0. In the radix tree they may sit
 //! in the next leaf, found by a lookup of their own.
@@ -30,8 +32,8 @@
 use std::sync::atomic::AtomicU16;
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::counters;
 use super::owners::{self, GRANULE};
+use super::{counters, sample};
 
 /// Bits of the first entry, its low ones, that hold the code.
 const CODE_BITS: u32 = 6;
@@ -41,12 +43,14 @@ const _: () = assert!(
     "a tag id fits the entry"
 );
 
+/// The code of an allocation the sampler holds (size in its table).
+const SAMPLED: u16 = 61;
 /// The code whose size is the next entry.
 const ONE_WORD: u16 = 62;
 /// The code whose size is the next three entries.
 const THREE_WORDS: u16 = 63;
 /// Sizes below this have a code of their own.
-const EXACT_BELOW: usize = ONE_WORD as usize - 1;
+const EXACT_BELOW: usize = SAMPLED as usize - 1;
 /// Sizes from this on need three words.
 const THREE_WORDS_FROM: usize = 1 << 16;
 /// Sizes from this on are not tracked.
@@ -97,43 +101,82 @@ pub(crate) fn track(addr: usize, size: usize) {
     write(addr, size, move || counters::charge(size));
 }
 
-/// Records again an allocation of `size` bytes charged to `id` (a `realloc`'s, taken out
-/// while the inner allocator had it). `false` if the map cannot hold the record.
+/// Records again an allocation of `size` bytes charged to `id` (a failed `realloc`'s,
+/// taken out while the inner allocator had it). `false` if the map cannot hold the record.
 #[inline(always)]
 pub(crate) fn put_back(addr: usize, id: u16, size: usize) -> bool {
-    write(addr, size, move || id)
+    write(addr, size, move || (id, false))
 }
 
-/// Records an allocation of `size` bytes at `addr` under the tag `id` gives, called only
-/// once the record is known to fit; `false` if it does not. Sizes below 64 KiB whose size
-/// entry sits in the first's table take the inline path.
+/// Records a `realloc`'s new allocation of `new` bytes at `addr`, charged to `id` (the
+/// old one's tag) and counted as a resize from `old` bytes: the sampler may take it as it
+/// takes a fresh allocation. `false` (nothing counted) if the map cannot hold the record.
 #[inline(always)]
-fn write(addr: usize, size: usize, id: impl FnOnce() -> u16) -> bool {
+pub(crate) fn regrow(addr: usize, id: u16, old: usize, new: usize) -> bool {
+    write(addr, new, move || (id, counters::resize(id, old, new)))
+}
+
+/// Records an allocation of `size` bytes at `addr` under the tag `charge` gives, called
+/// only once the record is known to fit; `false` if it does not. Sizes below 64 KiB whose
+/// size entry sits in the first's table take the inline path; one the sampler takes (the
+/// second of `charge`'s answers) goes to it.
+#[inline(always)]
+fn write(addr: usize, size: usize, charge: impl FnOnce() -> (u16, bool)) -> bool {
     let Some(e) = owners::entry(addr) else {
         return false;
     };
     if size < EXACT_BELOW {
-        let id = id();
+        let (id, sampled) = charge();
+        if sampled {
+            return write_sampled(e, addr, size, id);
+        }
         e.first().store(first_entry(id, size as u16 + 1), Relaxed);
         true
     } else if size < THREE_WORDS_FROM
         && let Some(w) = e.get(1)
     {
-        let id = id();
+        let (id, sampled) = charge();
+        if sampled {
+            return write_sampled(e, addr, size, id);
+        }
         w.store(size as u16, Relaxed);
         e.first().store(first_entry(id, ONE_WORD), Relaxed);
         true
     } else {
-        write_slow(e, addr, size, id)
+        write_slow(e, addr, size, charge)
+    }
+}
+
+/// The record of an allocation the sampler was asked to take: [`SAMPLED`] if its table
+/// took it, else the ordinary record (the table is full).
+#[cold]
+#[inline(never)]
+fn write_sampled(e: owners::Entries, addr: usize, size: usize, id: u16) -> bool {
+    if sample::take(addr, size, id) {
+        e.first().store(first_entry(id, SAMPLED), Relaxed);
+        true
+    } else {
+        write_slow(e, addr, size, move || (id, false))
     }
 }
 
 /// `write` for three size words, or words in the next leaf.
 #[cold]
 #[inline(never)]
-fn write_slow(e: owners::Entries, addr: usize, size: usize, id: impl FnOnce() -> u16) -> bool {
+fn write_slow(
+    e: owners::Entries,
+    addr: usize,
+    size: usize,
+    charge: impl FnOnce() -> (u16, bool),
+) -> bool {
     if (size as u64) >= TOO_LARGE {
         return false;
+    }
+    if size < EXACT_BELOW {
+        // Only when the sampler's table was full (`write_sampled`).
+        let (id, _) = charge();
+        e.first().store(first_entry(id, size as u16 + 1), Relaxed);
+        return true;
     }
     let n = words_for(size);
     let mut words = [None; 3];
@@ -143,7 +186,11 @@ fn write_slow(e: owners::Entries, addr: usize, size: usize, id: impl FnOnce() ->
             None => return false,
         }
     }
-    let id = id();
+    let (id, sampled) = charge();
+    if sampled && sample::take(addr, size, id) {
+        e.first().store(first_entry(id, SAMPLED), Relaxed);
+        return true;
+    }
     let mut rest = size as u64;
     for w in words.into_iter().flatten() {
         w.store(rest as u16, Relaxed);
@@ -166,7 +213,7 @@ pub(crate) fn take(addr: usize) -> Option<(u16, usize)> {
     }
     e.first().store(0, Relaxed);
     let (id, code) = (entry >> CODE_BITS, entry & CODE_MASK);
-    let size = if code < ONE_WORD {
+    let size = if code < SAMPLED {
         usize::from(code) - 1
     } else if code == ONE_WORD
         && let Some(w) = e.get(1)
@@ -187,6 +234,10 @@ pub(crate) fn take(addr: usize) -> Option<(u16, usize)> {
 #[cold]
 #[inline(never)]
 fn take_slow(e: owners::Entries, addr: usize, code: u16) -> usize {
+    if code == SAMPLED {
+        // Taken by the sampler, which has the size (a record it took is in its table).
+        return sample::release(addr);
+    }
     let n = if code == ONE_WORD { 1 } else { 3 };
     let mut size = 0u64;
     for j in 0..n {
@@ -215,7 +266,7 @@ mod tests {
 
     #[test]
     fn every_code_boundary_records_its_size_and_id() {
-        let mut sizes = vec![0, 1, 15, 16, 17, 59, 60, 61, 62, 63, 64, 65_535, 65_536];
+        let mut sizes = vec![0, 1, 15, 16, 17, 58, 59, 60, 61, 62, 63, 64, 65_535, 65_536];
         if usize::BITS == 64 {
             sizes.extend([(1u64 << 32) + 61, (1u64 << 48) - 1].map(|s| s as usize));
         }

@@ -81,6 +81,7 @@ mod growth;
 mod heap;
 mod node;
 mod sink;
+mod sites;
 mod snapshot;
 mod table;
 #[cfg(feature = "tracy")]
@@ -106,6 +107,12 @@ use heap::untagged_heap;
 pub use heap::{
     HeapScope, TagScope, current_scope, heap_tracking, heap_tracking_overhead, scope,
     set_heap_tracking,
+};
+#[cfg_attr(not(feature = "bevy"), allow(unused_imports))]
+pub(crate) use sites::exit_section;
+pub use sites::{
+    CallSite, CallSites, DEFAULT_SAMPLE_MEAN, FrameMark, call_sites, grown_since, mark_frame,
+    sampling, set_sampling, set_sampling_seed,
 };
 pub use snapshot::{LedgerSnapshot, TagFigures};
 pub use table::{FullTable, Warnings};
@@ -322,6 +329,8 @@ pub fn end_frame_into(snap: &mut LedgerSnapshot) {
 #[cfg_attr(not(feature = "bevy"), allow(dead_code))]
 pub(crate) fn end_frame_into_quietly(snap: &mut LedgerSnapshot) {
     fill(snap, true);
+    crate::heap::sample::read_env();
+    crate::heap::sample::frame_end();
     let heap = crate::heap::counters::in_use();
     for (tag, f) in snap.tags() {
         send(|| LedgerEvent::Plot {

@@ -286,9 +286,15 @@ pub fn compute_threads(threads: usize) -> bevy_app::TaskPoolOptions {
 /// child's output if the child fails. For what is process-wide (Bevy's task pools, the
 /// global allocator's figures): each case gets a process of its own.
 pub fn in_child(var: &str, mode: &str) {
+    in_child_with(var, mode, &[]);
+}
+
+/// [`in_child`], with more environment variables set for the child.
+pub fn in_child_with(var: &str, mode: &str, more: &[(&str, &str)]) {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["child", "--exact", "--nocapture", "--test-threads=1"])
         .env(var, mode)
+        .envs(more.iter().copied())
         .output()
         .expect("the test binary runs");
     assert!(

@@ -1,0 +1,307 @@
+//! Call sites ranked and written out: as text (the table's and the exit report's), CSV
+//! rows and JSON.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+
+use super::symbols::{Frame, Symbols};
+use super::{CallSite, CallSites};
+use crate::heap::sample::table::Site;
+use crate::ledger::table::Bytes;
+use crate::ledger::{LedgerSnapshot, RISING_WINDOWS, TagFigures};
+
+/// Callers kept with a site, for context.
+const CALLERS: usize = 3;
+/// Sites a text report shows of each kind.
+const SHOWN: usize = 5;
+
+/// The sites of `figures` (bytes, samples by site slot), grouped by their first frame
+/// (one function and line reached through several stacks is one site), bytes divided by
+/// `per` (frames, for churn), largest first, with shares.
+pub(super) fn rank(
+    symbols: &mut Symbols,
+    sites: &HashMap<u32, &Site>,
+    figures: &HashMap<u32, (u64, u64)>,
+    per: u64,
+) -> Vec<CallSite> {
+    // Keyed by the site's function, file and line.
+    type Key = (String, Option<String>, Option<u32>);
+    let mut grouped: HashMap<Key, (CallSite, u64)> = HashMap::new();
+    for (slot, &(bytes, samples)) in figures {
+        let Some(site) = sites.get(slot) else {
+            continue;
+        };
+        let frames = symbols.frames(site.stack.frames());
+        let (function, file, line, callers) = match frames.split_first() {
+            Some((top, rest)) => (
+                top.function.clone(),
+                top.file.clone(),
+                top.line,
+                callers(top, rest),
+            ),
+            None => (
+                "unknown (no call stack)".to_string(),
+                None,
+                None,
+                Vec::new(),
+            ),
+        };
+        let e = grouped
+            .entry((function.clone(), file.clone(), line))
+            .or_insert_with(|| {
+                let site = CallSite {
+                    function,
+                    file,
+                    line,
+                    callers,
+                    bytes: 0,
+                    share: 0.0,
+                    samples: 0,
+                };
+                (site, 0)
+            });
+        e.1 = e.1.saturating_add(bytes);
+        e.0.samples += samples;
+    }
+    let per = per.max(1);
+    let total: u64 = grouped.values().map(|(_, b)| *b).sum();
+    let mut out: Vec<CallSite> = grouped
+        .into_values()
+        .map(|(mut s, bytes)| {
+            s.bytes = bytes / per;
+            s.share = if total == 0 {
+                0.0
+            } else {
+                bytes as f64 / total as f64
+            };
+            s
+        })
+        .filter(|s| s.share > 0.0)
+        .collect();
+    out.sort_by(|a, b| {
+        b.share
+            .total_cmp(&a.share)
+            .then(a.function.cmp(&b.function))
+    });
+    out
+}
+
+/// The few frames above a site, as `function (file:line)`.
+fn callers(top: &Frame, rest: &[Frame]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut inlined = top.inlined;
+    for f in rest.iter().filter(|f| !f.trim).take(CALLERS) {
+        let mark = if inlined { " [inlined]" } else { "" };
+        out.push(format!("{}{}{mark}", f.function, Where(&f.file, f.line)));
+        inlined = f.inlined;
+    }
+    out
+}
+
+/// ` (file:line)`, or nothing without a file.
+struct Where<'a>(&'a Option<String>, Option<u32>);
+
+impl fmt::Display for Where<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.0, self.1) {
+            (Some(file), Some(line)) => write!(f, " ({file}:{line})"),
+            (Some(file), None) => write!(f, " ({file})"),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for CallSites {
+    /// The top sites of each kind, indented, or a line saying why there are none.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(mean) = self.mean else {
+            return writeln!(
+                f,
+                "  call sites: sampling is off (NEBULA_MEMORY_SAMPLE=<mean bytes>, or ledger::set_sampling)"
+            );
+        };
+        if !self.stacks {
+            writeln!(f, "  call sites: no call stacks on this target")?;
+        }
+        if self.held.is_empty() && self.churn.is_empty() {
+            return writeln!(
+                f,
+                "  call sites: none sampled yet (one sample per {} allocated on average)",
+                Bytes(mean)
+            );
+        }
+        for (kind, sites, unit) in [
+            ("holds ", &self.held, ""),
+            ("churns", &self.churn, "/frame"),
+        ] {
+            for s in sites.iter().take(SHOWN) {
+                writeln!(
+                    f,
+                    "  {kind} {:>5.1}%  ~{}{unit}  {}{}",
+                    s.share * 100.0,
+                    Bytes(usize::try_from(s.bytes).unwrap_or(usize::MAX)),
+                    s.function,
+                    Where(&s.file, s.line)
+                )?;
+                if let Some(c) = s.callers.first() {
+                    writeln!(f, "          called from {c}")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl CallSites {
+    /// Writes the header of [`write_csv_rows`](Self::write_csv_rows)'s rows.
+    ///
+    /// ```
+    /// let mut out = Vec::new();
+    /// nebula_memory::ledger::CallSites::write_csv_header(&mut out).unwrap();
+    /// assert!(out.starts_with(b"tag,kind,rank,"));
+    /// ```
+    pub fn write_csv_header(w: &mut impl io::Write) -> io::Result<()> {
+        writeln!(w, "tag,kind,rank,bytes,share,samples,function,file,line")
+    }
+
+    /// One CSV row per site: `kind` is `held` (live bytes) or `churn` (bytes per frame);
+    /// text fields quoted.
+    ///
+    /// ```
+    /// let mut out = Vec::new();
+    /// nebula_memory::ledger::call_sites("doc/csv").write_csv_rows(&mut out).unwrap();
+    /// ```
+    pub fn write_csv_rows(&self, w: &mut impl io::Write) -> io::Result<()> {
+        for (kind, sites) in [("held", &self.held), ("churn", &self.churn)] {
+            for (rank, s) in sites.iter().enumerate() {
+                writeln!(
+                    w,
+                    "{},{kind},{},{},{:.6},{},{},{},{}",
+                    quoted(&self.tag),
+                    rank + 1,
+                    s.bytes,
+                    s.share,
+                    s.samples,
+                    quoted(&s.function),
+                    quoted(s.file.as_deref().unwrap_or("")),
+                    s.line.map_or(String::new(), |l| l.to_string())
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The sites as one JSON object: `{"tag":..,"mean":..,"frames":..,"stacks":..,
+    /// "held":[{"function":..,"file":..,"line":..,"bytes":..,"share":..,"samples":..,
+    /// "callers":[..]}],"churn":[..]}`.
+    ///
+    /// ```
+    /// let json = nebula_memory::ledger::call_sites("doc/json").to_json();
+    /// assert!(json.starts_with("{\"tag\":\"doc/json\""));
+    /// ```
+    pub fn to_json(&self) -> String {
+        let list = |sites: &[CallSite]| {
+            let items: Vec<String> = sites
+                .iter()
+                .map(|s| {
+                    let callers: Vec<String> = s.callers.iter().map(|c| json_str(c)).collect();
+                    format!(
+                        "{{\"function\":{},\"file\":{},\"line\":{},\"bytes\":{},\"share\":{:.6},\"samples\":{},\"callers\":[{}]}}",
+                        json_str(&s.function),
+                        s.file.as_deref().map_or("null".into(), json_str),
+                        s.line.map_or("null".into(), |l| l.to_string()),
+                        s.bytes,
+                        s.share,
+                        s.samples,
+                        callers.join(",")
+                    )
+                })
+                .collect();
+            format!("[{}]", items.join(","))
+        };
+        format!(
+            "{{\"tag\":{},\"mean\":{},\"frames\":{},\"stacks\":{},\"dropped\":{},\"held\":{},\"churn\":{}}}",
+            json_str(&self.tag),
+            self.mean.map_or("null".into(), |m| m.to_string()),
+            self.frames,
+            self.stacks,
+            self.dropped,
+            list(&self.held),
+            list(&self.churn)
+        )
+    }
+}
+
+fn quoted(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Lines of the exit report that get their call sites: those rising or over a budget,
+/// and the top few by heap churn and by heap live (the leaves: a parent's sites are its
+/// children's).
+const TOP_LINES: usize = 3;
+
+/// The exit report's call-site section for `snap`: `None` when sampling is off.
+pub(crate) fn exit_section(snap: &LedgerSnapshot) -> Option<String> {
+    crate::heap::sample::read_env();
+    let mean = crate::heap::sample::current_mean()?;
+    let rows: Vec<(&'static str, TagFigures)> = snap.tags().collect();
+    let leaf = |tag: &str| {
+        !rows
+            .iter()
+            .any(|(t, _)| t.strip_prefix(tag).is_some_and(|r| r.starts_with('/')))
+    };
+    let mut chosen: Vec<(&'static str, &'static str)> = Vec::new();
+    for (tag, x) in &rows {
+        let reached = x.held.saturating_add(x.heap_frame_peak.max(x.heap_live));
+        if x.heap_rising_windows >= RISING_WINDOWS {
+            chosen.push((tag, "RISING"));
+        } else if x.warn_budget.is_some_and(|w| reached > w)
+            || x.limit_budget.is_some_and(|l| reached > l)
+        {
+            chosen.push((tag, "over budget"));
+        }
+    }
+    for (key, why) in [
+        (
+            (|x: &TagFigures| x.heap_alloc_bytes) as fn(&TagFigures) -> usize,
+            "top churn",
+        ),
+        (|x: &TagFigures| x.heap_live, "top live heap"),
+    ] {
+        let mut by: Vec<_> = rows.iter().filter(|(t, x)| leaf(t) && key(x) > 0).collect();
+        by.sort_by_key(|(_, x)| std::cmp::Reverse(key(x)));
+        for (tag, _) in by.into_iter().take(TOP_LINES) {
+            if !chosen.iter().any(|(t, _)| t == tag) {
+                chosen.push((tag, why));
+            }
+        }
+    }
+    let mut out = format!(
+        "\ncall sites (sampled heap: one sample per {} allocated on average; estimates):\n",
+        Bytes(mean)
+    );
+    if !crate::heap::sample::stack::AVAILABLE {
+        out.push_str("  no call stacks on this target\n");
+    }
+    for (tag, why) in chosen {
+        out.push_str(&format!("{tag} ({why}):\n{}", super::call_sites(tag)));
+    }
+    Some(out)
+}
