@@ -139,6 +139,64 @@ fn alloc_realloc_free_are_charged_to_the_allocating_tag() {
     assert_eq!(heap.inner().live.load(Relaxed), 0);
 }
 
+/// With the sampler taking every allocation (a mean of one byte), records go through the
+/// sampler's table: each tag is charged and credited exactly as unsampled, a `realloc`
+/// moves its sample (and its size) to the new address, and the sampled sites account for
+/// the bytes (under Miri no stack is taken; the bookkeeping runs all the same).
+#[test]
+fn sampled_allocations_keep_their_tag_and_size_through_realloc_and_free() {
+    let _one = one_at_a_time();
+    let heap = TrackingAllocator::new(Counting::new());
+    let tag = "heap-unit/sampled";
+    let before = reading(tag);
+    ledger::set_sampling(Some(1));
+    let mut live = Vec::new();
+    {
+        let _s = ledger::scope(tag);
+        // Sizes of each record's form: exact in the entry, one word, three words.
+        for (i, size) in [1usize, 40, 59, 60, 300, 70_000].into_iter().enumerate() {
+            let layout = Layout::from_size_align(size, 8).unwrap();
+            // SAFETY: a non-zero layout.
+            let p = unsafe { heap.alloc(layout) };
+            stamp_and_check(p, size, i as u8);
+            live.push((p, layout));
+        }
+    }
+    let sizes: usize = live.iter().map(|(_, l)| l.size()).sum();
+    assert_eq!(reading(tag).0 - before.0, sizes as isize);
+    // Each resized, sampled again (or not) at its new address.
+    for (p, layout) in &mut live {
+        let new = layout.size() * 2 + 1;
+        // SAFETY: `p` is live with `layout`.
+        let q = unsafe { heap.realloc(*p, *layout, new) };
+        assert!(!q.is_null());
+        *p = q;
+        *layout = Layout::from_size_align(new, 8).unwrap();
+    }
+    let grown: usize = live.iter().map(|(_, l)| l.size()).sum();
+    assert_eq!(reading(tag).0 - before.0, grown as isize);
+    let sites = ledger::call_sites(tag);
+    assert!(
+        sites.held.iter().map(|s| s.samples).sum::<u64>() >= live.len() as u64,
+        "every live allocation sampled: {sites:?}"
+    );
+    ledger::set_sampling(None);
+    for (p, layout) in live {
+        // SAFETY: live with `layout`; freed with a smaller size: the record's is credited.
+        unsafe { heap.dealloc(p, Layout::from_size_align(1, layout.align()).unwrap()) };
+    }
+    assert_eq!(reading(tag).0, before.0, "what was charged is credited");
+    assert_eq!(
+        heap.inner().live.load(Relaxed),
+        0,
+        "the inner allocator is whole"
+    );
+    assert!(
+        ledger::call_sites(tag).held.is_empty(),
+        "no sample outlives its allocation"
+    );
+}
+
 #[test]
 #[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn a_free_on_another_thread_credits_the_allocating_tag() {

@@ -114,10 +114,17 @@ fn known_call_sites_are_named_and_their_bytes_estimated_within_10_percent() {
     }
     let sites = ledger::call_sites("hs/system");
     println!("{sites}");
-    assert!(sites.stacks, "this target takes stacks");
+    let kept_bytes = 4096 * frames;
+    if !sites.stacks {
+        // The web: no stacks, the figures stay (every sample on one unknown site).
+        assert!(cfg!(target_family = "wasm"), "stacks everywhere else");
+        assert!(sites.to_string().contains("no call stacks on this target"));
+        assert!(within(sites.held[0].bytes, kept_bytes, 0.10), "{sites:#?}");
+        ledger::set_sampling(None);
+        return;
+    }
     let top = &sites.held[0];
     assert!(top.function.ends_with("keep_4k"), "{sites:#?}");
-    let kept_bytes = 4096 * frames;
     assert!(
         within(top.bytes, kept_bytes, 0.10),
         "held {} vs {kept_bytes}",
@@ -154,6 +161,7 @@ fn known_call_sites_are_named_and_their_bytes_estimated_within_10_percent() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "spawns threads: wasm has none here")]
 fn sampling_every_allocation_makes_no_allocation_inside_one() {
     let _alone = alone();
     ledger::set_sampling(Some(1));

@@ -51,10 +51,10 @@ pub(crate) const UNTAGGED: u16 = 0;
 ///   this shard: below zero in a shard that frees more than it allocated. The bytes given
 ///   back are `up - net`, so a free adds to two words, not three;
 /// - `high`: the most `net` reached since the frame began;
-/// - `at`, `mean`: the sampler's next threshold on `up` (see [`sample`](super::sample):
-///   an allocation that takes `up` past it goes to the sampler; 0 in the all-zero table,
-///   so a counter's first allocation does) and the mean it was drawn with (0: a poll,
-///   drawn while sampling was off).
+/// - `left`, `mean`: the bytes left before the sampler's next sample (see
+///   [`sample`](super::sample): the allocation that takes it below zero goes to the
+///   sampler; 0 in the all-zero table, so a counter's first allocation does) and the mean
+///   it was drawn with (0: a poll, drawn while sampling was off).
 ///
 /// 64 bytes, a cache line: a thread's event touches one line of its own shard.
 #[repr(C, align(64))]
@@ -64,7 +64,7 @@ struct Counter {
     frees: AtomicU64,
     net: AtomicI64,
     high: AtomicI64,
-    at: AtomicU64,
+    left: AtomicI64,
     mean: AtomicU64,
 }
 
@@ -75,7 +75,7 @@ const ZERO: Counter = Counter {
     frees: AtomicU64::new(0),
     net: AtomicI64::new(0),
     high: AtomicI64::new(0),
-    at: AtomicU64::new(0),
+    left: AtomicI64::new(0),
     mean: AtomicU64::new(0),
 };
 
@@ -166,13 +166,15 @@ fn signed(bytes: usize) -> i64 {
 /// An allocation event on a counter of the calling thread's own shard (no other thread
 /// writes its counts; a frame end may set `high`): `calls` calls, `up` bytes brought,
 /// `down` bytes given back; raises the high. Returns whether the bytes brought crossed
-/// the sampler's threshold (`up` passed `at`: one comparison).
+/// the sampler's threshold (`left` went below zero: a subtraction from memory and a
+/// sign test).
 #[inline(always)]
 fn own_alloc(c: &Counter, calls: u64, up: usize, down: usize) -> bool {
     own_add(&c.allocs, calls);
-    let total = c.up.load(Relaxed).wrapping_add(up as u64);
-    c.up.store(total, Relaxed);
-    let crossed = total > c.at.load(Relaxed);
+    own_add(&c.up, up as u64);
+    let left = c.left.load(Relaxed).wrapping_sub(signed(up));
+    c.left.store(left, Relaxed);
+    let crossed = left < 0;
     let n = c
         .net
         .load(Relaxed)
@@ -204,11 +206,14 @@ fn own_add(c: &AtomicU64, by: u64) {
 /// is approximate under contention (a net read between other threads' events).
 fn shared_alloc(c: &Counter, calls: u64, up: usize, down: usize) -> bool {
     c.allocs.fetch_add(calls, Relaxed);
-    let total = c.up.fetch_add(up as u64, Relaxed).wrapping_add(up as u64);
+    c.up.fetch_add(up as u64, Relaxed);
     let delta = signed(up).wrapping_sub(signed(down));
     let n = c.net.fetch_add(delta, Relaxed).wrapping_add(delta);
     c.high.fetch_max(n, Relaxed);
-    total > c.at.load(Relaxed)
+    c.left
+        .fetch_sub(signed(up), Relaxed)
+        .wrapping_sub(signed(up))
+        < 0
 }
 
 fn shared_free(c: &Counter, size: usize) {
@@ -217,48 +222,63 @@ fn shared_free(c: &Counter, size: usize) {
 }
 
 /// A new allocation of `size` bytes: counted on the thread's current tag, whose id (below
-/// [`TAGS`]) goes in the allocation's owner map entry; and whether the sampler takes it
-/// (see [`sample`](super::sample)).
+/// [`TAGS`]) `record` puts in the allocation's owner map entry; then, if the sampler
+/// takes the allocation (see [`sample`](super::sample)), `sampled` gets the id (and may
+/// rewrite the entry). Both run inside: the common path is the counts, the record's store
+/// and one sign test, with no flag carried back to the caller.
 #[inline(always)]
-pub(crate) fn charge(size: usize) -> (u16, bool) {
-    LOCAL.with(|l| {
-        let c = l.counter.get();
-        if c.is_null() {
-            return charge_slow(l, size);
-        }
+pub(crate) fn charge(size: usize, record: impl FnOnce(u16), sampled: impl FnOnce(u16, Crossing)) {
+    // The thread-local read alone in its closure (the rest inside it made `with` too
+    // large to inline), and the closures called only here (passed to a call, their
+    // captures would be stored to the stack on every allocation).
+    let (c, id) = LOCAL.with(|l| (l.counter.get(), l.tag.get()));
+    let (c, id, crossed) = if c.is_null() {
+        charge_slow(size)
+    } else {
         // SAFETY: a non-null `counter` points into `TABLE` (a static), in this thread's
         // own shard (see `set_tag`, `counter_of`).
         let c = unsafe { &*c };
-        let crossed = own_alloc(c, 1, size, 0);
-        (l.tag.get(), sampled(c, crossed, size))
-    })
+        (c, id, own_alloc(c, 1, size, 0))
+    };
+    record(id);
+    if crossed || size >= super::sample::ALWAYS {
+        sampled(id, Crossing(c, crossed));
+    }
 }
 
+/// A counter whose sampling threshold an allocation crossed (or not: one too large to
+/// leave to chance), for the record's cold path to ask [`Crossing::sample`].
+#[derive(Clone, Copy)]
+pub(crate) struct Crossing(&'static Counter, bool);
+
+impl Crossing {
+    /// Whether the sampler takes the allocation of `size` bytes; draws the counter's next
+    /// threshold.
+    pub(crate) fn sample(self, size: usize) -> bool {
+        sample_check(self.0, self.1, size)
+    }
+}
+
+/// `charge`'s counting for a thread without a shard of its own (or its first
+/// allocation): the counter charged, the tag's id, and whether the threshold was crossed.
 #[cold]
 #[inline(never)]
-fn charge_slow(l: &Local, size: usize) -> (u16, bool) {
-    let tag = l.tag.get() % TAGS as u16;
-    let (c, crossed) = match counter_of(l, tag) {
-        Ok(c) => (c, own_alloc(c, 1, size, 0)),
-        Err(c) => (c, shared_alloc(c, 1, size, 0)),
-    };
-    (tag, sampled(c, crossed, size))
-}
-
-/// Whether the sampler takes an allocation of `size` bytes that `crossed` (or not) its
-/// counter's threshold: the common answer, no, in two tests; the rest out of line.
-#[inline(always)]
-fn sampled(c: &Counter, crossed: bool, size: usize) -> bool {
-    if crossed || size >= super::sample::ALWAYS {
-        return sample_check(c, crossed, size);
-    }
-    false
+fn charge_slow(size: usize) -> (&'static Counter, u16, bool) {
+    LOCAL.with(|l| {
+        let tag = l.tag.get() % TAGS as u16;
+        match counter_of(l, tag) {
+            Ok(c) => (c, tag, own_alloc(c, 1, size, 0)),
+            Err(c) => (c, tag, shared_alloc(c, 1, size, 0)),
+        }
+    })
 }
 
 /// The sampler's decision for a counter whose threshold was crossed, or an allocation
 /// too large to leave to chance; draws the next threshold. A threshold drawn while
 /// sampling was off (a poll) only arms the counter: sampling turned on reaches each
 /// counter within [`sample::POLL`](super::sample::POLL) bytes of its allocations.
+/// (The draw replaces what is left, so bytes past the threshold do not count towards the
+/// next: the exponential's lack of memory makes that the same distribution.)
 #[cold]
 #[inline(never)]
 fn sample_check(c: &Counter, crossed: bool, size: usize) -> bool {
@@ -270,8 +290,8 @@ fn sample_check(c: &Counter, crossed: bool, size: usize) -> bool {
         } else {
             super::sample::draw(mean)
         };
-        let up = c.up.load(Relaxed);
-        c.at.store(up.saturating_add(gap), Relaxed);
+        c.left
+            .store(i64::try_from(gap).unwrap_or(i64::MAX), Relaxed);
         c.mean.store(mean, Relaxed);
     }
     mean != 0 && ((crossed && drawn_with == mean) || size >= super::sample::ALWAYS)
@@ -325,13 +345,13 @@ fn credit_slow(l: &Local, id: u16, size: usize) {
 /// A reallocation from `old` to `new` bytes, kept on the tag `id` it was made under: an
 /// allocation call of `new` bytes, and `old` bytes back (no free call).
 #[inline(always)]
-pub(crate) fn resize(id: u16, old: usize, new: usize) -> bool {
+pub(crate) fn resize(id: u16, old: usize, new: usize) -> Option<Crossing> {
     LOCAL.with(|l| {
         let (c, crossed) = match counter_of(l, id) {
             Ok(c) => (c, own_alloc(c, 1, new, old)),
             Err(c) => (c, shared_alloc(c, 1, new, old)),
         };
-        sampled(c, crossed, new)
+        (crossed || new >= super::sample::ALWAYS).then_some(Crossing(c, crossed))
     })
 }
 

@@ -32,8 +32,9 @@
 use std::sync::atomic::AtomicU16;
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::counters::{self, Crossing};
 use super::owners::{self, GRANULE};
-use super::{counters, sample};
+use super::sample;
 
 /// Bits of the first entry, its low ones, that hold the code.
 const CODE_BITS: u32 = 6;
@@ -98,14 +99,14 @@ fn word(e: owners::Entries, addr: usize, j: usize, map: bool) -> Option<&'static
 /// recorded with its size. Not charged (no record) where the map cannot hold it. O(1).
 #[inline(always)]
 pub(crate) fn track(addr: usize, size: usize) {
-    write(addr, size, move || counters::charge(size));
+    write(addr, size, Charge);
 }
 
 /// Records again an allocation of `size` bytes charged to `id` (a failed `realloc`'s,
 /// taken out while the inner allocator had it). `false` if the map cannot hold the record.
 #[inline(always)]
 pub(crate) fn put_back(addr: usize, id: u16, size: usize) -> bool {
-    write(addr, size, move || (id, false))
+    write(addr, size, Again(id))
 }
 
 /// Records a `realloc`'s new allocation of `new` bytes at `addr`, charged to `id` (the
@@ -113,70 +114,106 @@ pub(crate) fn put_back(addr: usize, id: u16, size: usize) -> bool {
 /// takes a fresh allocation. `false` (nothing counted) if the map cannot hold the record.
 #[inline(always)]
 pub(crate) fn regrow(addr: usize, id: u16, old: usize, new: usize) -> bool {
-    write(addr, new, move || (id, counters::resize(id, old, new)))
+    write(addr, new, Regrow(id, old))
 }
 
-/// Records an allocation of `size` bytes at `addr` under the tag `charge` gives, called
-/// only once the record is known to fit; `false` if it does not. Sizes below 64 KiB whose
-/// size entry sits in the first's table take the inline path; one the sampler takes (the
-/// second of `charge`'s answers) goes to it.
+/// Whose record [`write`] makes, and what it counts: one type per case, so that each
+/// caller's `write` is compiled for its own (no case tested at run time).
+trait By: Copy {
+    /// Counts the allocation, then has `record` store its first entry with the tag's id;
+    /// if it crossed its counter's sampling threshold, `sample` runs after (the sampler
+    /// may take it and rewrite the entry).
+    fn own(self, size: usize, record: impl FnOnce(u16), sample: impl FnOnce(u16, Crossing));
+}
+
+/// A fresh allocation: charged to the thread's current tag.
+#[derive(Clone, Copy)]
+struct Charge;
+
+/// The record of an allocation charged to this tag already: nothing counted.
+#[derive(Clone, Copy)]
+struct Again(u16);
+
+/// A `realloc`'s new allocation under this tag, from the old size.
+#[derive(Clone, Copy)]
+struct Regrow(u16, usize);
+
+impl By for Charge {
+    #[inline(always)]
+    fn own(self, size: usize, record: impl FnOnce(u16), sample: impl FnOnce(u16, Crossing)) {
+        counters::charge(size, record, sample);
+    }
+}
+
+impl By for Again {
+    #[inline(always)]
+    fn own(self, _: usize, record: impl FnOnce(u16), _: impl FnOnce(u16, Crossing)) {
+        record(self.0);
+    }
+}
+
+impl By for Regrow {
+    #[inline(always)]
+    fn own(self, size: usize, record: impl FnOnce(u16), sample: impl FnOnce(u16, Crossing)) {
+        record(self.0);
+        if let Some(crossing) = counters::resize(self.0, self.1, size) {
+            sample(self.0, crossing);
+        }
+    }
+}
+
+/// Records an allocation of `size` bytes at `addr` for `by`, called only once the record
+/// is known to fit; `false` if it does not. Sizes below 64 KiB whose size entry sits in
+/// the first's table take the inline path.
 #[inline(always)]
-fn write(addr: usize, size: usize, charge: impl FnOnce() -> (u16, bool)) -> bool {
+fn write(addr: usize, size: usize, by: impl By) -> bool {
     let Some(e) = owners::entry(addr) else {
         return false;
     };
+    let sample = move |id, crossing| sampled(e, addr, size, id, crossing);
     if size < EXACT_BELOW {
-        let (id, sampled) = charge();
-        if sampled {
-            return write_sampled(e, addr, size, id);
-        }
-        e.first().store(first_entry(id, size as u16 + 1), Relaxed);
+        let first = e.first();
+        by.own(
+            size,
+            move |id| first.store(first_entry(id, size as u16 + 1), Relaxed),
+            sample,
+        );
         true
     } else if size < THREE_WORDS_FROM
         && let Some(w) = e.get(1)
     {
-        let (id, sampled) = charge();
-        if sampled {
-            return write_sampled(e, addr, size, id);
-        }
-        w.store(size as u16, Relaxed);
-        e.first().store(first_entry(id, ONE_WORD), Relaxed);
+        let first = e.first();
+        by.own(
+            size,
+            move |id| {
+                w.store(size as u16, Relaxed);
+                first.store(first_entry(id, ONE_WORD), Relaxed);
+            },
+            sample,
+        );
         true
     } else {
-        write_slow(e, addr, size, charge)
+        write_slow(e, addr, size, by)
     }
 }
 
-/// The record of an allocation the sampler was asked to take: [`SAMPLED`] if its table
-/// took it, else the ordinary record (the table is full).
+/// An allocation that crossed its counter's sampling threshold, its ordinary record
+/// written: if the sampler takes it and its table has room, marked [`SAMPLED`] (its size
+/// words stay, cleared at the free like any record's); else left as it is.
 #[cold]
 #[inline(never)]
-fn write_sampled(e: owners::Entries, addr: usize, size: usize, id: u16) -> bool {
-    if sample::take(addr, size, id) {
+fn sampled(e: owners::Entries, addr: usize, size: usize, id: u16, crossing: Crossing) {
+    if crossing.sample(size) && sample::take(addr, size, id) {
         e.first().store(first_entry(id, SAMPLED), Relaxed);
-        true
-    } else {
-        write_slow(e, addr, size, move || (id, false))
     }
 }
 
 /// `write` for three size words, or words in the next leaf.
 #[cold]
 #[inline(never)]
-fn write_slow(
-    e: owners::Entries,
-    addr: usize,
-    size: usize,
-    charge: impl FnOnce() -> (u16, bool),
-) -> bool {
+fn write_slow(e: owners::Entries, addr: usize, size: usize, by: impl By) -> bool {
     if (size as u64) >= TOO_LARGE {
         return false;
-    }
-    if size < EXACT_BELOW {
-        // Only when the sampler's table was full (`write_sampled`).
-        let (id, _) = charge();
-        e.first().store(first_entry(id, size as u16 + 1), Relaxed);
-        return true;
     }
     let n = words_for(size);
     let mut words = [None; 3];
@@ -186,18 +223,19 @@ fn write_slow(
             None => return false,
         }
     }
-    let (id, sampled) = charge();
-    if sampled && sample::take(addr, size, id) {
-        e.first().store(first_entry(id, SAMPLED), Relaxed);
-        return true;
-    }
-    let mut rest = size as u64;
-    for w in words.into_iter().flatten() {
-        w.store(rest as u16, Relaxed);
-        rest >>= 16;
-    }
     let code = if n == 1 { ONE_WORD } else { THREE_WORDS };
-    e.first().store(first_entry(id, code), Relaxed);
+    by.own(
+        size,
+        move |id| {
+            let mut rest = size as u64;
+            for w in words.into_iter().flatten() {
+                w.store(rest as u16, Relaxed);
+                rest >>= 16;
+            }
+            e.first().store(first_entry(id, code), Relaxed);
+        },
+        move |id, crossing| sampled(e, addr, size, id, crossing),
+    );
     true
 }
 
@@ -234,11 +272,14 @@ pub(crate) fn take(addr: usize) -> Option<(u16, usize)> {
 #[cold]
 #[inline(never)]
 fn take_slow(e: owners::Entries, addr: usize, code: u16) -> usize {
-    if code == SAMPLED {
-        // Taken by the sampler, which has the size (a record it took is in its table).
-        return sample::release(addr);
-    }
-    let n = if code == ONE_WORD { 1 } else { 3 };
+    // The sampler's table has a sampled allocation's size; the size words written before
+    // the sampler took it are cleared below as any record's.
+    let sampled = (code == SAMPLED).then(|| sample::release(addr));
+    let n = match sampled {
+        Some(size) => words_for(size),
+        None if code == ONE_WORD => 1,
+        None => 3,
+    };
     let mut size = 0u64;
     for j in 0..n {
         // Written with the first entry (`track` found or mapped each), so found now.
@@ -248,7 +289,7 @@ fn take_slow(e: owners::Entries, addr: usize, code: u16) -> usize {
         }
     }
     // Below 2^48 (`track`), and an allocation's size fits `usize`.
-    size as usize
+    sampled.unwrap_or(size as usize)
 }
 
 #[cfg(test)]

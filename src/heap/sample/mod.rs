@@ -274,12 +274,14 @@ pub(crate) fn release(addr: usize) -> usize {
 /// *Prepare* for `fork` (the last of the crate's handlers): the table's lock taken, and
 /// the forking thread busy, so an allocation a later handler makes is not sampled (which
 /// would wait for that lock for ever).
+#[cfg(all(unix, not(miri)))]
 pub(crate) fn fork_prepare() {
     BUSY.with(|b| b.set(true));
     table::fork_prepare();
 }
 
 /// *Parent* and *child* after `fork`: what [`fork_prepare`] did, undone.
+#[cfg(all(unix, not(miri)))]
 pub(crate) fn fork_release() {
     table::fork_release();
     BUSY.with(|b| b.set(false));

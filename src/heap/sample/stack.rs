@@ -45,6 +45,10 @@ impl Stack {
 /// Neither allocates nor locks.
 #[inline(never)]
 pub(crate) fn capture() -> Stack {
+    #[cfg_attr(
+        any(miri, target_family = "wasm", all(windows, target_arch = "x86")),
+        allow(unused_mut)
+    )]
     let mut s = Stack {
         ips: [0; DEPTH],
         len: 0,

@@ -120,11 +120,13 @@ fn unlock() {
 }
 
 /// *Prepare* for `fork`: takes the lock (the caller marks the thread busy).
+#[cfg(all(unix, not(miri)))]
 pub(crate) fn fork_prepare() {
     lock();
 }
 
 /// *Parent* and *child* after `fork`: releases what [`fork_prepare`] took.
+#[cfg(all(unix, not(miri)))]
 pub(crate) fn fork_release() {
     unlock();
 }

@@ -255,9 +255,11 @@ fn json_str(s: &str) -> String {
 /// Lines of the exit report that get their call sites: those rising or over a budget,
 /// and the top few by heap churn and by heap live (the leaves: a parent's sites are its
 /// children's).
+#[cfg_attr(not(feature = "bevy"), allow(dead_code))]
 const TOP_LINES: usize = 3;
 
 /// The exit report's call-site section for `snap`: `None` when sampling is off.
+#[cfg_attr(not(feature = "bevy"), allow(dead_code))]
 pub(crate) fn exit_section(snap: &LedgerSnapshot) -> Option<String> {
     crate::heap::sample::read_env();
     let mean = crate::heap::sample::current_mean()?;

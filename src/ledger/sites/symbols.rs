@@ -28,6 +28,7 @@ pub(crate) struct Symbols {
 
 /// Functions whose frames are the allocator's, std's or this crate's heap code: trimmed
 /// from the top of a stack (matched on the name without its leading `<`).
+#[cfg_attr(any(miri, target_family = "wasm"), allow(dead_code))] // used by `resolve`
 const TRIMMED: &[&str] = &[
     "nebula_memory::heap::",
     "backtrace::",
@@ -88,6 +89,7 @@ fn is_shim(function: &str) -> bool {
     .any(|s| name.starts_with(s))
 }
 
+#[cfg_attr(any(miri, target_family = "wasm"), allow(dead_code))] // used by `resolve`
 fn trimmed(function: &str, file: Option<&str>) -> bool {
     let name = function.trim_start_matches('<');
     // `<u8 as alloc::vec::spec_from_elem::SpecFromElem>::from_elem`: std's impl of std's
@@ -109,7 +111,7 @@ fn trimmed(function: &str, file: Option<&str>) -> bool {
 
 /// The frames at one return address, innermost (inlined) first.
 fn resolve(ip: usize) -> Vec<Frame> {
-    let mut frames = Vec::new();
+    let mut frames: Vec<Frame> = Vec::new();
     #[cfg(not(any(miri, target_family = "wasm")))]
     backtrace::resolve(ip as *mut std::ffi::c_void, |sym| {
         let function = sym
@@ -140,6 +142,7 @@ fn resolve(ip: usize) -> Vec<Frame> {
 
 /// A file's path as a reader wants it: relative to the working directory when under it,
 /// a crate's source under Cargo's registry from the crate's folder on.
+#[cfg_attr(any(miri, target_family = "wasm"), allow(dead_code))] // used by `resolve`
 fn short_path(path: &str) -> String {
     if let Ok(cwd) = std::env::current_dir()
         && let Some(rest) = path.strip_prefix(&*cwd.to_string_lossy())
