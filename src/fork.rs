@@ -306,6 +306,24 @@ impl<T> RwLockStatic<T> {
         }
     }
 
+    /// Shared access if it is free now and the lock is registered already (this neither
+    /// registers, which allocates, nor waits): for the heap sampler, inside `alloc`.
+    #[cfg(feature = "tracy")]
+    pub(crate) fn try_read(&'static self) -> Option<ReadGuard<'static, T>> {
+        if !self.registered.load(Acquire) {
+            return None;
+        }
+        let gate = match self.gate.try_read() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(ReadGuard {
+            _gate: gate,
+            value: &self.value,
+        })
+    }
+
     /// Exclusive access.
     pub(crate) fn write(&'static self) -> WriteGuard<'static, T> {
         self.ensure_registered();

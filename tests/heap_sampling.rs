@@ -115,7 +115,11 @@ fn known_call_sites_are_named_and_their_bytes_estimated_within_10_percent() {
     let sites = ledger::call_sites("hs/system");
     println!("{sites}");
     let kept_bytes = 4096 * frames;
-    assert_eq!(sites.stacks, !cfg!(target_family = "wasm"), "stacks but on the web");
+    assert_eq!(
+        sites.stacks,
+        !cfg!(target_family = "wasm"),
+        "stacks but on the web"
+    );
     if !sites.stacks {
         // The web: no stacks, the figures stay (every sample on one unknown site).
         assert!(sites.to_string().contains("no call stacks on this target"));

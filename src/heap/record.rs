@@ -262,7 +262,7 @@ pub(crate) fn take(addr: usize) -> Option<(u16, usize)> {
         w.store(0, Relaxed);
         usize::from(size)
     } else {
-        take_slow(e, addr, code)
+        take_slow(e, addr, id, code)
     };
     Some((id, size))
 }
@@ -271,10 +271,10 @@ pub(crate) fn take(addr: usize) -> Option<(u16, usize)> {
 /// bits first.
 #[cold]
 #[inline(never)]
-fn take_slow(e: owners::Entries, addr: usize, code: u16) -> usize {
+fn take_slow(e: owners::Entries, addr: usize, id: u16, code: u16) -> usize {
     // The sampler's table has a sampled allocation's size; the size words written before
     // the sampler took it are cleared below as any record's.
-    let sampled = (code == SAMPLED).then(|| sample::release(addr));
+    let sampled = (code == SAMPLED).then(|| sample::release(addr, id));
     let n = match sampled {
         Some(size) => words_for(size),
         None if code == ONE_WORD => 1,

@@ -331,6 +331,8 @@ pub(crate) fn end_frame_into_quietly(snap: &mut LedgerSnapshot) {
     fill(snap, true);
     crate::heap::sample::read_env();
     crate::heap::sample::frame_end();
+    #[cfg(feature = "tracy")]
+    tracy::name_sample_pools();
     let heap = crate::heap::counters::in_use();
     for (tag, f) in snap.tags() {
         send(|| LedgerEvent::Plot {

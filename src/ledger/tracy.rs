@@ -2,9 +2,18 @@
 //! view, each block taken or given back one allocation or free event in it, and each
 //! frame two plots per tag (`<tag> held`, `<tag> used`, in bytes).
 //!
-//! `tracy-client` has no safe wrapper for named memory pools, so the two C calls live
+//! `tracy-client` has no safe wrapper for named memory pools, so the C calls live
 //! here and nowhere else (with the client's shutdown). A frame in which no block moves
 //! sends no memory event, only the plots.
+//!
+//! **Sampled heap allocations** (with sampling on, `ledger::set_sampling`) go to a pool of
+//! their own per tag, `<tag> heap (sampled)`, each with a call stack Tracy takes itself:
+//! Tracy's memory view then shows where the sampled heap comes from, at the cost of a
+//! stack per sample, not per allocation (Bevy's `trace_tracy_memory` takes one on every
+//! allocation). They are told from inside the allocator, so only when the receiver's lock
+//! is free at once (`try_read`: never waiting there), and only once the tag's pool name
+//! exists (made at a frame end, outside any allocation); a free is told only for a sample
+//! whose allocation was. Each shows its own size (Tracy cannot weight it).
 //!
 //! The switch that keeps the client's lifetime safe ([`TracyGuard`], and why it works this
 //! way) is described in the [`ledger`](super) module's docs, section "Tracy". In short:
@@ -13,11 +22,12 @@
 //! after it; Tracy's shutdown runs only after the receiver is `Stopped`.
 
 use std::collections::HashMap;
+use std::ffi::c_char;
 use std::ffi::{CString, c_void};
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicPtr, AtomicU64};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
@@ -124,6 +134,7 @@ pub fn enable_tracy(frame_marks: bool) -> TracyGuard {
     }
     let _client = Client::start();
     set_receiver(&mut state, Receiver::On { guards });
+    crate::heap::sample::observe(tell_sample);
     set_frame_marks(frame_marks);
     TracyGuard {
         _not_send: PhantomData,
@@ -445,4 +456,72 @@ pub(crate) fn receive(event: &LedgerEvent) {
         LedgerEvent::FrameMark => client.frame_mark(),
     }
     SENT.fetch_add(1, Relaxed);
+}
+
+/// Frames of a sampled allocation's call stack that Tracy takes.
+const SAMPLE_DEPTH: i32 = 24;
+
+/// Per heap id, the name of its sampled heap's pool in Tracy (a C string never freed), or
+/// null until a frame end made it.
+static SAMPLE_POOLS: [AtomicPtr<c_char>; crate::heap::counters::TAGS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; crate::heap::counters::TAGS];
+
+/// Makes the sampled-heap pool names of tags that have none yet, while the receiver is on
+/// and sampling too: at a frame end, outside any allocation. O(tags).
+pub(crate) fn name_sample_pools() {
+    if crate::heap::sample::current_mean().is_none()
+        || !matches!(STATE.read().receiver, Receiver::On { .. })
+    {
+        return;
+    }
+    let name = |id: u16, tag: &str| {
+        let slot = &SAMPLE_POOLS[usize::from(id) % SAMPLE_POOLS.len()];
+        if slot.load(Relaxed).is_null() {
+            let c = CString::new(format!("{tag} heap (sampled)"))
+                .unwrap_or_else(|_| c"heap (sampled)".to_owned());
+            // Kept for ever: Tracy keeps the pointer as the pool's name.
+            slot.store(c.into_raw(), Release);
+        }
+    };
+    name(crate::heap::counters::UNTAGGED, "untagged");
+    super::node::with_nodes(|nodes| {
+        for n in nodes {
+            if n.heap_id != crate::heap::counters::UNTAGGED {
+                name(n.heap_id, n.path);
+            }
+        }
+    });
+}
+
+/// The sampler's observer: tells Tracy of a sampled allocation (`taken`) or of its free.
+/// Runs inside the allocator: never waits for the receiver's lock, never allocates
+/// through the tracker's sampling (the thread is busy). Returns whether it told Tracy.
+fn tell_sample(addr: usize, size: usize, id: u16, taken: bool) -> bool {
+    let Some(state) = STATE.try_read() else {
+        return false;
+    };
+    if !matches!(state.receiver, Receiver::On { .. }) {
+        return false;
+    }
+    let name = SAMPLE_POOLS[usize::from(id) % SAMPLE_POOLS.len()].load(Acquire);
+    if name.is_null() {
+        return false;
+    }
+    // SAFETY: the receiver is `On` under the read lock, so the client runs and no shutdown
+    // is under way; `name` is a NUL-terminated string never freed; the address is only
+    // recorded. A free is told only for an allocation that was (the sampler keeps which).
+    unsafe {
+        if taken {
+            tracy_client::sys::___tracy_emit_memory_alloc_callstack_named(
+                addr as *const c_void,
+                size,
+                SAMPLE_DEPTH,
+                name,
+            );
+        } else {
+            tracy_client::sys::___tracy_emit_memory_free_named(addr as *const c_void, name);
+        }
+    }
+    SENT.fetch_add(1, Relaxed);
+    true
 }

@@ -44,8 +44,8 @@ pub(crate) mod stack;
 pub(crate) mod table;
 
 use std::cell::Cell;
-use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicPtr, AtomicU64};
 
 /// Allocations of this many bytes or more are always sampled (1 MiB, re_memory's choice
 /// too: rare, and each a sizeable part of any line it lands on).
@@ -248,6 +248,27 @@ pub(crate) fn quiet<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// What is told of each sample taken and freed (the Tracy receiver): `(addr, size, id,
+/// taken)`, returning whether it showed a taken sample (only those are told when freed).
+/// It runs inside `alloc` and `dealloc`, after the sampler's tables are whole, on a busy
+/// thread: it must not allocate through the tracker's sampling or block.
+pub(crate) type Observer = fn(usize, usize, u16, bool) -> bool;
+
+/// The observer, as a pointer (null: none).
+static OBSERVER: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Sets the observer (for the life of the process).
+#[cfg_attr(not(feature = "tracy"), allow(dead_code))]
+pub(crate) fn observe(f: Observer) {
+    OBSERVER.store(f as *mut (), Release);
+}
+
+fn observer() -> Option<Observer> {
+    let p = OBSERVER.load(Acquire);
+    // SAFETY: a non-null value was stored by `observe` from an `Observer`.
+    (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut (), Observer>(p) })
+}
+
 /// Takes a sample of the allocation of `size` bytes at `addr`, charged to tag `id`: its
 /// stack captured, its record put in the table. `false` if it was not kept (the thread is
 /// busy, or a table is full). Called from inside `alloc`: see the module docs.
@@ -259,16 +280,24 @@ pub(crate) fn take(addr: usize, size: usize, id: u16) -> bool {
         let kept = table::insert(addr, size, weight, id, &stack, frame);
         if !kept {
             DROPPED.fetch_add(1, Relaxed);
+        } else if let Some(tell) = observer()
+            && tell(addr, size, id, true)
+        {
+            table::mark_shown(addr);
         }
         kept
     })
     .unwrap_or(false)
 }
 
-/// The size of the sampled allocation at `addr`, which is freed (or moved): its record
-/// leaves the table. Called from inside `dealloc` and `realloc`.
-pub(crate) fn release(addr: usize) -> usize {
-    table::remove(addr)
+/// The size of the sampled allocation at `addr` (charged to `id`), which is freed (or
+/// moved): its record leaves the table. Called from inside `dealloc` and `realloc`.
+pub(crate) fn release(addr: usize, id: u16) -> usize {
+    let (size, shown) = table::remove(addr);
+    if shown && let Some(tell) = observer() {
+        quiet(|| tell(addr, size, id, false));
+    }
+    size
 }
 
 /// *Prepare* for `fork` (the last of the crate's handlers): the table's lock taken, and

@@ -51,6 +51,8 @@ pub(crate) struct Live {
     pub(crate) weight: u64,
     pub(crate) site: u32,
     pub(crate) frame: u64,
+    /// The observer showed it (Tracy): it is told of the free too.
+    pub(crate) shown: bool,
 }
 
 struct Tables {
@@ -180,6 +182,7 @@ pub(crate) fn insert(
             weight,
             site: site as u32,
             frame,
+            shown: false,
         };
         t.live_count += 1;
         true
@@ -216,18 +219,35 @@ fn find_site(t: &mut Tables, hash: u64, tag: u16, stack: &Stack) -> Option<usize
     None
 }
 
-/// Takes the live sample at `addr` out of the table: its size (0 if there is none, which
-/// a record marked sampled never lacks).
-pub(crate) fn remove(addr: usize) -> usize {
-    locked(|t| {
-        let mut i = slot(addr as u64, LIVE);
-        while t.live[i].addr != addr {
-            if t.live[i].addr == 0 {
-                debug_assert!(false, "a sampled record has its sample");
-                return 0;
-            }
-            i = (i + 1) % LIVE;
+/// The slot of the live sample at `addr`, if any.
+fn find_live(t: &Tables, addr: usize) -> Option<usize> {
+    let mut i = slot(addr as u64, LIVE);
+    while t.live[i].addr != addr {
+        if t.live[i].addr == 0 {
+            return None;
         }
+        i = (i + 1) % LIVE;
+    }
+    Some(i)
+}
+
+/// Marks the live sample at `addr` as shown by the observer.
+pub(crate) fn mark_shown(addr: usize) {
+    locked(|t| {
+        if let Some(i) = find_live(t, addr) {
+            t.live[i].shown = true;
+        }
+    });
+}
+
+/// Takes the live sample at `addr` out of the table: its size and whether it was shown
+/// (0 and no if there is none, which a record marked sampled never lacks).
+pub(crate) fn remove(addr: usize) -> (usize, bool) {
+    locked(|t| {
+        let Some(i) = find_live(t, addr) else {
+            debug_assert!(false, "a sampled record has its sample");
+            return (0, false);
+        };
         let gone = t.live[i];
         let s = &mut t.sites[gone.site as usize];
         s.live = s.live.saturating_sub(gone.weight);
@@ -250,9 +270,9 @@ pub(crate) fn remove(addr: usize) -> usize {
         }
         t.live[hole].addr = 0;
         t.live_count -= 1;
-        gone.size
+        (gone.size, gone.shown)
     })
-    .unwrap_or(0)
+    .unwrap_or((0, false))
 }
 
 /// A copy of the tables for a report: the sites in use and the live samples, read under
