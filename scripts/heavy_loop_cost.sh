@@ -11,6 +11,9 @@
 # Environment:
 #   ROUNDS   runs of each program (default 10)
 #   FRAMES   timed frames a run (default 1000, after 30 of warm-up)
+#   SAMPLE   if set (a mean, as NEBULA_MEMORY_SAMPLE takes it: 512K), what the sampled call
+#            stacks cost instead: "plain" is then the tracked program without sampling,
+#            "tracked" the same program with NEBULA_MEMORY_SAMPLE=$SAMPLE
 # Each run's output is kept in target/heavy_loop_cost/ (or under CARGO_TARGET_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,9 +30,20 @@ rm -f "$out"/*.txt
 # The value of `key=` in a run's output.
 field() { sed -n "s/^$2=//p" "$1"; }
 
+# What each label runs: the program, and the sampling mean it gets ("" for none).
+binary() { echo "$target/release/examples/heavy_loop_$1"; }
+if [[ -n "${SAMPLE:-}" ]]; then
+    plain_run=(env -u NEBULA_MEMORY_SAMPLE "$(binary tracked)")
+    tracked_run=(env NEBULA_MEMORY_SAMPLE="$SAMPLE" "$(binary tracked)")
+else
+    plain_run=(env -u NEBULA_MEMORY_SAMPLE "$(binary plain)")
+    tracked_run=(env -u NEBULA_MEMORY_SAMPLE "$(binary tracked)")
+fi
+
 for round in $(seq 1 "$rounds"); do
     for program in plain tracked; do
-        "$target/release/examples/heavy_loop_$program" --frames "$frames" \
+        if [[ "$program" == plain ]]; then run=("${plain_run[@]}"); else run=("${tracked_run[@]}"); fi
+        "${run[@]}" --frames "$frames" \
             >"$out/$program-$round.txt"
         printf '%-8s round %2d: cpu %s s, wall %s s\n' "$program" "$round" \
             "$(field "$out/$program-$round.txt" cpu_s)" "$(field "$out/$program-$round.txt" wall_s)"
@@ -60,6 +74,7 @@ ratio_range() {
 }
 
 echo
+[[ -n "${SAMPLE:-}" ]] && echo "(plain: tracked without sampling; tracked: NEBULA_MEMORY_SAMPLE=$SAMPLE)"
 echo "heavy_loop: $rounds rounds of $frames frames each, medians per frame; $allocs heap allocations a frame"
 for clock in cpu wall; do
     plain=$(median_ms plain "${clock}_s")

@@ -65,8 +65,9 @@ pub(crate) fn report_on_exit(world: &mut World) {
         table.push_str(&format!("\nwarnings:\n{warnings}"));
     }
     // Sampling on: where in the code the flagged and the busiest lines' heap comes from.
-    if let Some(sites) = crate::ledger::exit_section(ledger) {
-        table.push_str(&sites);
+    if crate::ledger::sampling().is_some() {
+        table.push('\n');
+        table.push_str(&ledger.call_site_report());
     }
     if let Some(note) = world
         .get_resource::<Exactness>()

@@ -108,8 +108,6 @@ pub use heap::{
     HeapScope, TagScope, current_scope, heap_tracking, heap_tracking_overhead, scope,
     set_heap_tracking,
 };
-#[cfg_attr(not(feature = "bevy"), allow(unused_imports))]
-pub(crate) use sites::exit_section;
 pub use sites::{
     CallSite, CallSites, DEFAULT_SAMPLE_MEAN, FrameMark, call_sites, grown_since, mark_frame,
     sampling, set_sampling, set_sampling_seed,

@@ -274,5 +274,3 @@ fn heap_ids_under(tag: &str) -> Vec<u16> {
             .collect()
     })
 }
-
-pub(crate) use report::exit_section;

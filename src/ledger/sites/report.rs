@@ -252,58 +252,73 @@ fn json_str(s: &str) -> String {
     out
 }
 
-/// Lines of the exit report that get their call sites: those rising or over a budget,
-/// and the top few by heap churn and by heap live (the leaves: a parent's sites are its
-/// children's).
-#[cfg_attr(not(feature = "bevy"), allow(dead_code))]
+/// Lines of the report that get their call sites besides the flagged ones: the top few
+/// by heap churn and by heap live (leaves: a parent's sites are its children's).
 const TOP_LINES: usize = 3;
 
-/// The exit report's call-site section for `snap`: `None` when sampling is off.
-#[cfg_attr(not(feature = "bevy"), allow(dead_code))]
-pub(crate) fn exit_section(snap: &LedgerSnapshot) -> Option<String> {
-    crate::heap::sample::read_env();
-    let mean = crate::heap::sample::current_mean()?;
-    let rows: Vec<(&'static str, TagFigures)> = snap.tags().collect();
-    let leaf = |tag: &str| {
-        !rows
-            .iter()
-            .any(|(t, _)| t.strip_prefix(tag).is_some_and(|r| r.starts_with('/')))
-    };
-    let mut chosen: Vec<(&'static str, &'static str)> = Vec::new();
-    for (tag, x) in &rows {
-        let reached = x.held.saturating_add(x.heap_frame_peak.max(x.heap_live));
-        if x.heap_rising_windows >= RISING_WINDOWS {
-            chosen.push((tag, "RISING"));
-        } else if x.warn_budget.is_some_and(|w| reached > w)
-            || x.limit_budget.is_some_and(|l| reached > l)
-        {
-            chosen.push((tag, "over budget"));
-        }
-    }
-    for (key, why) in [
-        (
-            (|x: &TagFigures| x.heap_alloc_bytes) as fn(&TagFigures) -> usize,
-            "top churn",
-        ),
-        (|x: &TagFigures| x.heap_live, "top live heap"),
-    ] {
-        let mut by: Vec<_> = rows.iter().filter(|(t, x)| leaf(t) && key(x) > 0).collect();
-        by.sort_by_key(|(_, x)| std::cmp::Reverse(key(x)));
-        for (tag, _) in by.into_iter().take(TOP_LINES) {
-            if !chosen.iter().any(|(t, _)| t == tag) {
-                chosen.push((tag, why));
+/// A line over either budget now, as the table judges it.
+fn over_budget(x: &TagFigures) -> bool {
+    let reached = x.held.saturating_add(x.heap_frame_peak.max(x.heap_live));
+    x.warn_budget.is_some_and(|w| reached > w) || x.limit_budget.is_some_and(|l| reached > l)
+}
+
+impl LedgerSnapshot {
+    /// Where in the code the heap of the lines that matter comes from: each line flagged
+    /// RISING or over a budget, and the three busiest leaves by heap allocated this frame
+    /// and by heap live, each with its top call sites ([`call_sites`](super::call_sites)).
+    /// What the Bevy plugin's exit report prints under the table when sampling is on.
+    /// With sampling off, one line saying how to turn it on. Symbolises stacks: not for
+    /// every frame. O(lines + samples).
+    ///
+    /// ```
+    /// let snap = nebula_memory::ledger::snapshot();
+    /// println!("{snap}\n{}", snap.call_site_report());
+    /// ```
+    pub fn call_site_report(&self) -> String {
+        crate::heap::sample::read_env();
+        let Some(mean) = crate::heap::sample::current_mean() else {
+            return "call sites: sampling is off (NEBULA_MEMORY_SAMPLE=<mean bytes>, or \
+                    ledger::set_sampling)\n"
+                .to_string();
+        };
+        let rows: Vec<(&'static str, TagFigures)> = self.tags().collect();
+        let leaf = |tag: &str| {
+            !rows
+                .iter()
+                .any(|(t, _)| t.strip_prefix(tag).is_some_and(|r| r.starts_with('/')))
+        };
+        let mut chosen: Vec<(&'static str, &'static str)> = Vec::new();
+        for (tag, x) in &rows {
+            if x.heap_rising_windows >= RISING_WINDOWS {
+                chosen.push((tag, "RISING"));
+            } else if over_budget(x) {
+                chosen.push((tag, "over budget"));
             }
         }
+        type Key = fn(&TagFigures) -> usize;
+        let keys: [(Key, &str); 2] = [
+            (|x| x.heap_alloc_bytes, "top churn"),
+            (|x| x.heap_live, "top live heap"),
+        ];
+        for (key, why) in keys {
+            let mut by: Vec<_> = rows.iter().filter(|(t, x)| leaf(t) && key(x) > 0).collect();
+            by.sort_by_key(|(_, x)| std::cmp::Reverse(key(x)));
+            for (tag, _) in by.into_iter().take(TOP_LINES) {
+                if !chosen.iter().any(|(t, _)| t == tag) {
+                    chosen.push((tag, why));
+                }
+            }
+        }
+        let mut out = format!(
+            "call sites (sampled heap: one sample per {} allocated on average; estimates):\n",
+            Bytes(mean)
+        );
+        if !crate::heap::sample::stack::AVAILABLE {
+            out.push_str("  no call stacks on this target\n");
+        }
+        for (tag, why) in chosen {
+            out.push_str(&format!("{tag} ({why}):\n{}", super::call_sites(tag)));
+        }
+        out
     }
-    let mut out = format!(
-        "\ncall sites (sampled heap: one sample per {} allocated on average; estimates):\n",
-        Bytes(mean)
-    );
-    if !crate::heap::sample::stack::AVAILABLE {
-        out.push_str("  no call stacks on this target\n");
-    }
-    for (tag, why) in chosen {
-        out.push_str(&format!("{tag} ({why}):\n{}", super::call_sites(tag)));
-    }
-    Some(out)
 }
