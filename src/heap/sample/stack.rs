@@ -18,7 +18,7 @@
 
 /// Frames kept of each stack: deep enough to reach a game's code from the allocator
 /// through std's collections and Bevy's system runner.
-pub(crate) const DEPTH: usize = 32;
+pub(crate) const DEPTH: usize = 20;
 
 /// Whether stacks can be taken in this build.
 pub(crate) const AVAILABLE: bool = cfg!(not(any(

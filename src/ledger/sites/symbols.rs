@@ -98,8 +98,12 @@ fn trimmed(function: &str, file: Option<&str>) -> bool {
         && name.split_once(" as ").is_some_and(|(ty, tr)| {
             !ty.contains("::") && TRIMMED.iter().any(|t| tr.starts_with(t))
         });
+    // A `GlobalAlloc` method: a wrapper of the game's own around the tracker (inlined, it
+    // is named by its method alone).
+    let allocator_method = function.contains(" as core::alloc::global::GlobalAlloc>::")
+        || matches!(function, "alloc" | "alloc_zeroed" | "realloc");
     std_impl_for_primitive
-        || function.contains(" as core::alloc::global::GlobalAlloc>::")
+        || allocator_method
         || TRIMMED.iter().any(|t| name.starts_with(t))
         || file.is_some_and(|file| {
             file.contains("/rustc/")
