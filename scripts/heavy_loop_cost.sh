@@ -14,6 +14,8 @@
 #   SAMPLE   if set (a mean, as NEBULA_MEMORY_SAMPLE takes it: 512K), what the sampled call
 #            stacks cost instead: "plain" is then the tracked program without sampling,
 #            "tracked" the same program with NEBULA_MEMORY_SAMPLE=$SAMPLE
+#   TRACY    if 1, what Bevy's `trace_tracy_memory` costs instead: "tracked" is then
+#            examples/heavy_loop_tracy (Tracy's ProfiledAllocator, depth 100), against plain
 # Each run's output is kept in target/heavy_loop_cost/ (or under CARGO_TARGET_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +25,11 @@ frames="${FRAMES:-1000}"
 target="${CARGO_TARGET_DIR:-target}"
 out="$target/heavy_loop_cost"
 
-cargo build --release --example heavy_loop_tracked --example heavy_loop_plain
+if [[ "${TRACY:-}" == 1 ]]; then
+    cargo build --release --features tracy --example heavy_loop_tracy --example heavy_loop_plain
+else
+    cargo build --release --example heavy_loop_tracked --example heavy_loop_plain
+fi
 mkdir -p "$out"
 rm -f "$out"/*.txt
 
@@ -32,7 +38,10 @@ field() { sed -n "s/^$2=//p" "$1"; }
 
 # What each label runs: the program, and the sampling mean it gets ("" for none).
 binary() { echo "$target/release/examples/heavy_loop_$1"; }
-if [[ -n "${SAMPLE:-}" ]]; then
+if [[ "${TRACY:-}" == 1 ]]; then
+    plain_run=(env -u NEBULA_MEMORY_SAMPLE "$(binary plain)")
+    tracked_run=(env -u NEBULA_MEMORY_SAMPLE "$(binary tracy)")
+elif [[ -n "${SAMPLE:-}" ]]; then
     plain_run=(env -u NEBULA_MEMORY_SAMPLE "$(binary tracked)")
     tracked_run=(env NEBULA_MEMORY_SAMPLE="$SAMPLE" "$(binary tracked)")
 else
@@ -64,7 +73,9 @@ median_ms() {
 }
 allocs=$(for f in "$out"/tracked-*.txt; do
     echo "$(field "$f" allocations) $(field "$f" frames)" | awk '{ printf "%.3f\n", $1 / $2 }'
-done | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+done | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] + 0 }')
+# Tracy's program counts none: the tracked program's count of the same workload, if given.
+[[ "${TRACY:-}" == 1 ]] && allocs="${ALLOCS:-0}"
 
 # The least and most of the rounds' ratios (each round's tracked run over its plain one).
 ratio_range() {
@@ -80,7 +91,8 @@ for clock in cpu wall; do
     plain=$(median_ms plain "${clock}_s")
     tracked=$(median_ms tracked "${clock}_s")
     awk -v c="$clock" -v p="$plain" -v t="$tracked" -v a="$allocs" -v r="$(ratio_range "${clock}_s")" 'BEGIN {
-        printf "%-4s plain %.3f ms, tracked %.3f ms: %.3fx (rounds %s), %.1f ns per allocation\n",
-            c, p, t, t / p, r, (t - p) * 1e6 / a
+        printf "%-4s plain %.3f ms, tracked %.3f ms: %.3fx (rounds %s)", c, p, t, t / p, r
+        if (a > 0) printf ", %.1f ns per allocation", (t - p) * 1e6 / a
+        printf "\n"
     }'
 done

@@ -41,6 +41,12 @@
 //! are sharded per thread ([`counters`]), so the charge is a plain load and store on
 //! memory no other thread writes.
 //!
+//! **Sampled call stacks.** With sampling on ([`sample`]), an allocation whose bytes
+//! cross its counter's sampling threshold (a countdown in the counter's own cache line)
+//! goes, after its record is written, to the sampler: it captures the call stack and keeps
+//! the allocation in a table of its own, its record marked so that the free finds it
+//! there. Off (the default), the countdown is the whole cost.
+//!
 //! **Off.** [`ledger::set_heap_tracking(false)`](crate::ledger::set_heap_tracking) stops
 //! counting: allocations made then have no entry, and a free is right whichever way the
 //! switch was when its allocation was made.

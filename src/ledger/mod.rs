@@ -20,7 +20,9 @@
 //! `tracing` subscriber: install one, or use Bevy's `LogPlugin`, or nothing is printed).
 //!
 //! A [`snapshot`] is a value: it prints as a tree table and writes CSV rows (one per tag
-//! per frame). With the `tracy` feature, `enable_tracy` shows each tag as a named memory
+//! per frame). With a [`TrackingAllocator`](crate::TrackingAllocator) and sampling on
+//! ([`set_sampling`], or `NEBULA_MEMORY_SAMPLE`), [`call_sites`] says where in the code a
+//! line's heap comes from (sampled call stacks; see `sites`). With the `tracy` feature, `enable_tracy` shows each tag as a named memory
 //! pool in Tracy, with per-frame plots of held and used bytes ([`end_frame`]).
 //!
 //! # Tracy
