@@ -140,6 +140,14 @@ fn child() {
         "expected `{at}` first under {keeper_line}:\n{text}"
     );
 
+    // A RISING line: the sites whose live bytes rose, over the rising windows.
+    let keeper_part = section.split("\nsystems/").next().unwrap_or("");
+    let grown = keeper_part
+        .split("allocated since frame")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no growth under {keeper_line}:\n{text}"));
+    assert!(grown.contains(&at), "the site that grew:\n{text}");
+
     // The estimates.
     let kept_bytes = (KEEP as u64) * u64::from(FRAMES);
     let sites = ledger::call_sites(keeper_line);

@@ -157,6 +157,9 @@ pub struct CallSites {
     pub stacks: bool,
     /// Samples the tables could not keep (they were full), process-wide, ever.
     pub dropped: u64,
+    /// For [`grown_since`]'s answer, the marked frame: `held` is then what was allocated
+    /// since and is still live.
+    pub since: Option<u64>,
 }
 
 /// `tag`'s call sites now: by live bytes and by bytes allocated per frame, from the
@@ -194,6 +197,11 @@ pub fn grown_since(mark: FrameMark, tag: &str) -> CallSites {
     collect(tag, Some(mark.0))
 }
 
+/// A mark `frames` frames before the current one (the first frame if fewer have ended).
+pub(crate) fn frames_ago(frames: u64) -> FrameMark {
+    FrameMark(sample::frame().saturating_sub(frames))
+}
+
 /// The sites of `tag`'s subtree: all of them, or (with `since`) only what is live of what
 /// was allocated in frame `since` or later.
 fn collect(tag: &str, since: Option<u64>) -> CallSites {
@@ -210,6 +218,7 @@ fn collect_quietly(tag: &str, since: Option<u64>) -> CallSites {
         mean: sample::current_mean(),
         stacks: stack::AVAILABLE,
         dropped: sample::dropped(),
+        since,
         ..CallSites::default()
     };
     let ids = heap_ids_under(tag);

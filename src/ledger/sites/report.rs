@@ -131,6 +131,9 @@ impl fmt::Display for CallSites {
                 Bytes(mean)
             );
         }
+        if let Some(frame) = self.since {
+            writeln!(f, "  allocated since frame {frame} and still held:")?;
+        }
         for (kind, sites, unit) in [
             ("holds ", &self.held, ""),
             ("churns", &self.churn, "/frame"),
@@ -318,6 +321,14 @@ impl LedgerSnapshot {
         }
         for (tag, why) in chosen {
             out.push_str(&format!("{tag} ({why}):\n{}", super::call_sites(tag)));
+            let rising = self.tag(tag).map_or(0, |x| x.heap_rising_windows);
+            if rising >= RISING_WINDOWS {
+                // The sites whose live bytes rose: what was allocated over the rising
+                // windows and is still held.
+                let frames = u64::from(rising) * u64::from(crate::ledger::growth_window());
+                let grown = super::grown_since(super::frames_ago(frames), tag);
+                out.push_str(&grown.to_string());
+            }
         }
         out
     }
