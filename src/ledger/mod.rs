@@ -79,7 +79,9 @@
 mod event;
 mod growth;
 mod heap;
+mod history;
 mod node;
+pub mod page;
 mod sink;
 mod snapshot;
 mod table;
@@ -106,6 +108,10 @@ use heap::untagged_heap;
 pub use heap::{
     HeapScope, TagScope, current_scope, heap_tracking, heap_tracking_overhead, scope,
     set_heap_tracking,
+};
+pub use history::{
+    BudgetChange, CROSSED, CsvError, History, LineFrame, LineHistory, MAX_HISTORY_FRAMES,
+    OVER_LIMIT, OVER_WARN, UNTAGGED, UNTAGGED_HEAP,
 };
 pub use snapshot::{LedgerSnapshot, TagFigures};
 pub use table::{FullTable, Warnings};
