@@ -42,6 +42,9 @@ mod exactness;
 mod exit_report;
 mod ledger;
 mod plugin;
+#[cfg(feature = "remote")]
+#[cfg_attr(docsrs, doc(cfg(feature = "remote")))]
+pub mod remote;
 mod resources;
 mod scratch;
 mod stats;

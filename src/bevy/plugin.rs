@@ -42,6 +42,11 @@ use crate::per_thread::{
 
 /// The frames of every ledger line `MemoryLedger` keeps by default
 /// (`MemoryPlugin::history_frames`): ten seconds at 60 frames a second.
+///
+/// ```
+/// use nebula_memory::bevy::{DEFAULT_HISTORY_FRAMES, MemoryPlugin};
+/// assert_eq!(MemoryPlugin::default().history_frames, DEFAULT_HISTORY_FRAMES);
+/// ```
 pub const DEFAULT_HISTORY_FRAMES: usize = 600;
 
 /// The memory system in a Bevy app.

@@ -8,7 +8,8 @@
 // node tests/browser/check_page.mjs JOBS.json
 // JOBS.json: {"chromium": path, "timeout_ms": n, "jobs": [{"kind": "static" | "scale" |
 // "live", "page": path, "screenshot": path?, "tag": line?, "addr": "host:port"?,
-// "min_frames": n?}]}. Every wait is bounded; the browser is ended on the way out.
+// "min_frames": n?, "width": px?, "height": px?, "window_only": bool?}]}. Every wait is
+// bounded; the browser is ended on the way out.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -170,8 +171,9 @@ function png(buffer) {
   return { width, height, drawn_fraction: drawn / (width * height), colours: colours.size };
 }
 
-async function screenshot(t, path) {
-  const shot = await t.send('Page.captureScreenshot', { format: 'png', captureBeyondViewport: true });
+// The page as a person sees it: the whole page, or only the window with `window_only`.
+async function screenshot(t, path, windowOnly) {
+  const shot = await t.send('Page.captureScreenshot', { format: 'png', captureBeyondViewport: !windowOnly });
   const bytes = Buffer.from(shot.data, 'base64');
   writeFileSync(path, bytes);
   return Object.assign({ path, bytes: bytes.length }, png(bytes));
@@ -233,7 +235,7 @@ async function staticJob(browser, job) {
     const mid = await pointOf(t, 'main', Math.floor(result.frames * 0.6), 0.3);
     await mouse(t, 'mouseMoved', mid.x, mid.y);
     await sleep(100);
-    result.screenshot = await screenshot(t, job.screenshot);
+    result.screenshot = await screenshot(t, job.screenshot, job.window_only);
   }
   result.errors = t.errors;
   await t.close();
@@ -242,7 +244,7 @@ async function staticJob(browser, job) {
 
 async function scaleJob(browser, job) {
   const { t, result } = await open(browser, job);
-  if (job.screenshot) result.screenshot = await screenshot(t, job.screenshot);
+  if (job.screenshot) result.screenshot = await screenshot(t, job.screenshot, job.window_only);
   result.errors = t.errors;
   await t.close();
   return result;
@@ -259,7 +261,7 @@ async function liveJob(browser, job) {
     status: document.getElementById('live-status').textContent,
     series: [...document.querySelectorAll('#legend tr.series')].map((r) => r.dataset.tag) })`));
   result.value = job.tag ? await legendValue(t, job.tag) : null;
-  if (job.screenshot) result.screenshot = await screenshot(t, job.screenshot);
+  if (job.screenshot) result.screenshot = await screenshot(t, job.screenshot, job.window_only);
   result.errors = t.errors;
   await t.close();
   return result;

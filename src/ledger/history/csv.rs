@@ -102,7 +102,7 @@ impl History {
     /// assert_eq!(history.frames().collect::<Vec<_>>(), [1, 2, 3]);
     ///
     /// let bad = History::from_csv("frame,tag,held_bytes\nx".as_bytes(), 600);
-    /// assert!(bad.unwrap_err().to_string().contains("heap_live_bytes"));
+    /// assert!(bad.unwrap_err().to_string().contains("no column `warn_budget_bytes`"));
     /// ```
     pub fn from_csv(reader: impl BufRead, frames: usize) -> Result<History, CsvError> {
         let keep = frames.min(super::MAX_HISTORY_FRAMES);

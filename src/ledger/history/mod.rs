@@ -34,21 +34,71 @@ use super::RISING_WINDOWS;
 use super::snapshot::{LedgerSnapshot, TagFigures};
 
 /// The line of pool bytes no tag holds ([`LedgerSnapshot::untagged`]), as the CSV names it.
+///
+/// ```
+/// let mut h = nebula_memory::ledger::History::new(1);
+/// let snap = nebula_memory::ledger::snapshot();
+/// h.record(&snap);
+/// let line = h.line(nebula_memory::ledger::UNTAGGED).unwrap();
+/// assert_eq!(h.figures(line).last().unwrap().1.held, snap.untagged() as u64);
+/// ```
 pub const UNTAGGED: &str = "(untagged)";
 /// The line of the heap outside every scope ([`LedgerSnapshot::untagged_heap`]).
+///
+/// ```
+/// let mut h = nebula_memory::ledger::History::new(1);
+/// h.record(&nebula_memory::ledger::snapshot());
+/// assert!(h.line(nebula_memory::ledger::UNTAGGED_HEAP).is_some());
+/// ```
 pub const UNTAGGED_HEAP: &str = "(untagged heap)";
 
 /// The most frames a [`History`] keeps: a day at 60 frames a second would be 5,184,000;
 /// this is about 4.8 hours, 42 MB a line.
+///
+/// ```
+/// use nebula_memory::ledger::{History, MAX_HISTORY_FRAMES};
+/// assert_eq!(History::new(MAX_HISTORY_FRAMES).capacity(), MAX_HISTORY_FRAMES);
+/// ```
 pub const MAX_HISTORY_FRAMES: usize = 1 << 20;
 
 /// [`LineFrame::flags`]: the line was over its warn budget at the frame's end (arena
 /// bytes held plus the heap's peak within the frame, as the table judges it).
+///
+/// ```
+/// use nebula_memory::ledger::{self, Budget, History, OVER_WARN};
+/// use nebula_memory::{Arena, ArenaConfig, MemoryArena, scratch_pool};
+/// ledger::set_budget("doc/over_warn", Budget::Warn(1));
+/// let arena = MemoryArena::with_config(scratch_pool(), ArenaConfig::default().tag("doc/over_warn"));
+/// arena.alloc_val(1u64);
+/// let mut h = History::new(1);
+/// h.record(&ledger::snapshot());
+/// let line = h.line("doc/over_warn").unwrap();
+/// assert_ne!(h.figures(line).last().unwrap().1.flags & OVER_WARN, 0);
+/// ```
 pub const OVER_WARN: u8 = 1;
 /// [`LineFrame::flags`]: the line was over its hard limit at the frame's end.
+///
+/// ```
+/// use nebula_memory::ledger::{CROSSED, OVER_LIMIT, OVER_WARN};
+/// assert_eq!(OVER_WARN | OVER_LIMIT | CROSSED, 7); // three bits of `LineFrame::flags`
+/// ```
 pub const OVER_LIMIT: u8 = 2;
 /// [`LineFrame::flags`]: the ledger counted a crossing of one of the line's budgets during
 /// the frame (`TagFigures::budget_crossings` rose).
+///
+/// ```
+/// use nebula_memory::ledger::{self, Budget, CROSSED, History};
+/// use nebula_memory::{Arena, ArenaConfig, MemoryArena, scratch_pool};
+/// ledger::set_budget("doc/crossed", Budget::Warn(1));
+/// let mut h = History::new(4);
+/// h.record(&ledger::snapshot());
+/// let arena = MemoryArena::with_config(scratch_pool(), ArenaConfig::default().tag("doc/crossed"));
+/// arena.alloc_val(1u64); // crosses the budget
+/// h.record(&ledger::snapshot());
+/// let line = h.line("doc/crossed").unwrap();
+/// let flags: Vec<u8> = h.figures(line).map(|(_, f)| f.flags & CROSSED).collect();
+/// assert_eq!(flags, [0, CROSSED]);
+/// ```
 pub const CROSSED: u8 = 4;
 
 /// One line's figures in one frame (see [`TagFigures`] for each figure's meaning). Sizes
@@ -136,7 +186,15 @@ pub struct BudgetChange {
 }
 
 /// One line's history: its ring of [`LineFrame`]s (the slots of the [`History`]'s frame
-/// ring) and its budget changes.
+/// ring, read with [`History::figures`]) and its budget changes.
+///
+/// ```
+/// let mut h = nebula_memory::ledger::History::new(4);
+/// h.record(&nebula_memory::ledger::snapshot());
+/// for line in h.lines() {
+///     println!("{}: {:?}", line.tag(), h.figures(line).last());
+/// }
+/// ```
 #[derive(Clone, Debug)]
 pub struct LineHistory {
     tag: Box<str>,

@@ -169,7 +169,18 @@
   }
 
   // ---- the views ----
+  // Unfolded when a run is first shown: each top-level line, and down a chain of single
+  // children (apps/0/systems opens to the systems).
+  function unfold(run, l) {
+    S.open.add(l.tag);
+    if (l.children.length === 1 && run.lines[l.children[0]].children.length) unfold(run, run.lines[l.children[0]]);
+  }
+
   function setRun(run) {
+    if (!run.unfolded) {
+      run.unfolded = true;
+      for (const l of run.lines) if (l.depth === 0 && l.children.length) unfold(run, l);
+    }
     S.run = run;
     S.i0 = 0; S.i1 = run.n; S.zoomed = false; S.chosen = -1; S.a = S.b = S.cursor = -1;
     refresh();
@@ -348,9 +359,12 @@
     const cols = D.columns(S.i0, S.i1, rect.w);
     const levels = D.stack(S.bands.map((b) => b.alloc), cols);
     const calls = D.columnMax(S.total.calls, cols);
-    let max = 0, most = 0;
-    for (const v of levels.length ? levels[levels.length - 1] : []) max = Math.max(max, v);
+    let most = 0;
     for (const v of calls) most = Math.max(most, v);
+    // A burst (the first frame's setup) would flatten the rest: the scale fits all but
+    // the highest 0.5% of columns, which are cut at the top.
+    const tops = levels.length ? levels[levels.length - 1] : new Float64Array(0);
+    const max = D.fit(tops, 0.995);
     const ticks = D.ticks(max * 1.04, 3, true);
     const top = ticks[ticks.length - 1] || 1;
     D.paintStack(ctx, rect, levels, S.bands.map((b) => b.line.colour), top);
@@ -358,7 +372,10 @@
     D.paintAxes(ctx, rect, ticks, top, D.bytes, run.frames, S.i0, S.i1);
     ctx.fillStyle = '#333';
     ctx.font = '11px system-ui, sans-serif';
-    ctx.fillText('heap bytes allocated per frame (areas) · calls (line, most ' + D.exact(most) + ')', rect.x + 4, rect.y - 4);
+    let highest = 0;
+    for (const v of tops) highest = Math.max(highest, v);
+    ctx.fillText('heap bytes allocated per frame (areas' + (highest > top ? ', cut at the top: most ' + D.bytes(highest) : '') +
+      ') · calls (line, most ' + D.exact(most) + ')', rect.x + 4, rect.y - 4);
     rules(ctx, rect);
     S.geo.allocs = { rect };
   }
@@ -606,7 +623,6 @@
     S.runs.push(run);
   }
   if (!S.runs.length) S.runs.push({ name: 'no run', frames: new Float64Array(0), n: 0, lines: [], byTag: new Map() });
-  for (const l of S.runs[0].lines) if (l.depth === 0 && l.children.length) S.open.add(l.tag);
   runPicker();
   setRun(S.runs[0]);
   const hash = new URLSearchParams(location.hash.slice(1));

@@ -83,15 +83,23 @@ fn tree(history: &History) -> Vec<&LineHistory> {
     lines
 }
 
-/// Writes one run: the frames of `history` after `since` (all with `None`).
+/// Writes one run: the frames of `history` after `since` (all with `None`); `alone`: a
+/// document of its own (the remote method's), with the format and the last frame.
 pub(crate) fn run(
     w: &mut impl Write,
     name: &str,
     history: &History,
     since: Option<u64>,
+    alone: bool,
 ) -> io::Result<()> {
     let after = |f: u64| since.is_none_or(|s| f > s);
-    w.write_all(b"{\"name\":")?;
+    w.write_all(b"{")?;
+    if alone {
+        write!(w, "\"format\":\"{FORMAT}\",\"last\":")?;
+        optional(w, history.last_frame())?;
+        w.write_all(b",")?;
+    }
+    w.write_all(b"\"name\":")?;
     string(w, name)?;
     w.write_all(b",\"frames\":")?;
     let mut previous = 0u64;
@@ -178,7 +186,7 @@ mod tests {
         let mut out = Vec::new();
         let inner = text.trim_start_matches('[').trim_end_matches(']');
         for n in inner.split(',').filter(|s| !s.is_empty()) {
-            let n: i64 = n.parse().unwrap();
+            let n: i128 = n.parse().unwrap();
             if n < 0 {
                 let last = *out.last().unwrap();
                 out.extend(std::iter::repeat_n(last, n.unsigned_abs() as usize));

@@ -130,6 +130,16 @@
     return out;
   };
 
+  // A scale's top for `values`: their most, unless a few (the highest `1 - q` of them) are
+  // far above the rest (over twice the q-quantile), when the quantile is.
+  NM.fit = function (values, q) {
+    if (!values.length) return 0;
+    const sorted = Float64Array.from(values).sort();
+    const most = sorted[sorted.length - 1];
+    const at = sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+    return most > 2 * at && at > 0 ? at : most;
+  };
+
   NM.median = function (values, i0, i1) {
     const a = Array.from(values.subarray(i0, i1)).sort((x, y) => x - y);
     if (a.length === 0) return 0;

@@ -159,7 +159,7 @@ impl<'h> Page<'h> {
             if i > 0 {
                 w.write_all(b",")?;
             }
-            data::run(w, name, history, None)?;
+            data::run(w, name, history, None, false)?;
         }
         w.write_all(b"]}")
     }
