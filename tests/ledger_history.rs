@@ -78,9 +78,21 @@ fn its_memory_is_stated_and_stops_growing_once_every_line_is_seen() {
 #[test]
 fn marks_are_the_tables_and_crossings_the_ledgers() {
     let pool = MemoryPool::new("lh-marks", 16 << 20).unwrap();
-    ledger::set_budget("lh/marks", Budget::Warn(35_000));
+    ledger::set_budget("lh/marks", Budget::Warn(200_000));
     let mut history = History::new(20);
-    let snaps = frames(&pool, "lh/marks", &mut history, 14);
+    // Held grows frame by frame and stays: one crossing, then frames over the budget that
+    // cross nothing; then all given back, and over again: a second crossing.
+    let mut arena = MemoryArena::with_config(&pool, ArenaConfig::default().tag("lh/marks"));
+    let mut snaps = Vec::new();
+    for f in 0..14 {
+        if f == 9 {
+            arena.reset_and_release();
+        }
+        arena.alloc_slice(40_000, 0u8);
+        let snap = ledger::end_frame();
+        history.record(&snap);
+        snaps.push(snap);
+    }
     let kept = figures(&history, "lh/marks");
     let mut crossings_before = 0;
     for ((frame, f), snap) in kept.iter().zip(&snaps) {
@@ -102,9 +114,18 @@ fn marks_are_the_tables_and_crossings_the_ledgers() {
         );
         crossings_before = t.budget_crossings;
     }
-    assert!(kept.iter().any(|(_, f)| f.flags & CROSSED != 0));
+    let crossed = kept.iter().filter(|(_, f)| f.flags & CROSSED != 0).count();
+    let over = kept
+        .iter()
+        .filter(|(_, f)| f.flags & OVER_WARN != 0)
+        .count();
+    assert_eq!(crossed, 2, "{kept:?}");
+    assert!(
+        over > crossed + 2,
+        "frames over that crossed nothing: {kept:?}"
+    );
     let budgets = history.line("lh/marks").unwrap().budgets();
-    assert_eq!((budgets[0].warn, budgets[0].limit), (Some(35_000), None));
+    assert_eq!((budgets[0].warn, budgets[0].limit), (Some(200_000), None));
 }
 
 fn same(a: &History, b: &History) {
@@ -192,8 +213,8 @@ fn the_page_is_written_or_refused_with_the_path_named() {
     // A tag cannot end the data's script element.
     assert_eq!(
         html.matches("</script>").count(),
-        3,
-        "data, draw.js, app.js"
+        4,
+        "data, draw.js, data.js, app.js"
     );
     assert!(html.contains("lh/page\\u003c/script\\u003e"));
     let dir = std::env::temp_dir().join(format!("lh-page-{}", std::process::id()));

@@ -1,8 +1,8 @@
 //! The memory page as a person sees it, in headless Chromium: a Bevy app whose systems
 //! hoard past a budget, leak a little every frame and churn the heap writes its page when
 //! it exits (the exit report to an `.html` path); the browser then lists as many series as
-//! the ledger has lines, shows at the last frame under the pointer the figure the ledger
-//! recorded, marks the frames whose budget crossings the ledger counted and the line that
+//! the ledger has lines, shows at the last frame under the pointer the leak's figure the
+//! ledger recorded, marks the frames whose budget crossings the ledger counted and the line that
 //! RISES, compares two frames with the ledger's own differences, logs no error, and its
 //! screenshot is a drawing, not a blank. Skipped (with a message) outside CI when
 //! Chromium or Node is missing. A `TrackingAllocator` is this binary's global allocator;
@@ -115,7 +115,7 @@ fn the_page_shows_the_ledger_in_a_browser() {
     let shot = dir.join("app.png");
     let report = tools.run(
         &dir,
-        json!([{ "kind": "static", "page": page, "screenshot": shot, "tag": hog_line.tag() }]),
+        json!([{ "kind": "static", "page": page, "screenshot": shot, "tag": leak_line.tag() }]),
         || {},
     );
     let r = &report["results"][0];
@@ -130,10 +130,13 @@ fn the_page_shows_the_ledger_in_a_browser() {
     assert_eq!(series, lines);
     assert_eq!(r["frames"], json!(history.len()));
 
-    // Under the pointer, the last frame and the hog's figure there.
-    let (last, hog_last) = *shown(history, hog_line).last().unwrap();
+    // Under the pointer, the last frame, and the leak's figure there (it differs from the
+    // frame before's).
+    let leak = shown(history, leak_line);
+    let (last, leak_last) = *leak.last().unwrap();
+    assert_ne!(leak[leak.len() - 2].1, leak_last);
     assert_eq!(r["hover"]["frame"], json!(last));
-    assert_eq!(r["hover"]["value"]["bytes"], json!(hog_last));
+    assert_eq!(r["hover"]["value"]["bytes"], json!(leak_last));
     assert!(
         r["hover"]["tip"]
             .as_str()
@@ -164,7 +167,7 @@ fn the_page_shows_the_ledger_in_a_browser() {
         .map(|(f, _)| f)
         .expect("the leak rose for three windows of 10 frames");
     assert_eq!(marked("rising", leak_line.tag()), [rising_from]);
-    assert!(r["chosen"].as_str().unwrap().starts_with(hog_line.tag()));
+    assert!(r["chosen"].as_str().unwrap().starts_with(leak_line.tag()));
 
     // The first and the last frame compared: each line's gain as the ledger's figures say.
     let first = history.frames().next().unwrap();
@@ -182,8 +185,11 @@ fn the_page_shows_the_ledger_in_a_browser() {
     );
 
     // A drawing, not a blank page.
+    // A drawing, not a blank page: the chart's plot area mostly painted (the stack), the
+    // page in many colours.
     let s: &Value = &r["screenshot"];
     assert!(s["width"].as_u64().unwrap() >= 1000, "{s}");
+    assert!(s["chart_drawn_fraction"].as_f64().unwrap() > 0.3, "{s}");
     assert!(s["drawn_fraction"].as_f64().unwrap() > 0.05, "{s}");
     assert!(s["colours"].as_u64().unwrap() > 30, "{s}");
 }

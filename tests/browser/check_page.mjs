@@ -32,7 +32,11 @@ class Browser {
       '--user-data-dir=' + this.profile, 'about:blank'];
     this.proc = spawn(path, args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
     this.stderr = '';
-    this.proc.stderr.on('data', (d) => { this.stderr = (this.stderr + d).slice(-4000); });
+    // Chromium's own complaints about a missing D-Bus are noise here: kept out.
+    this.proc.stderr.on('data', (d) => {
+      const kept = String(d).split('\n').filter((l) => l && !l.includes('dbus')).join('\n');
+      if (kept) this.stderr = (this.stderr + kept + '\n').slice(-4000);
+    });
     this.seq = 0;
     this.waiting = new Map();
     this.listeners = [];
@@ -132,7 +136,9 @@ const pointOf = (t, which, i, frac = 0.5) => evaluate(t, `(() => {
 })()`);
 
 // ---- reading a screenshot ----
-function png(buffer) {
+// The screenshot's size, how much of it is drawn (not near-white), its colours; and the
+// same share inside `region` ({x, y, w, h} in page pixels: the main chart).
+function png(buffer, region) {
   let at = 8;
   let width = 0, height = 0, type = 0, depth = 0;
   const idat = [];
@@ -161,22 +167,36 @@ function png(buffer) {
       px[y * stride + x] = (src[x] + pred) & 255;
     }
   }
-  let drawn = 0;
+  let drawn = 0, inRegion = 0, regionDrawn = 0;
   const colours = new Set();
   for (let i = 0; i < px.length; i += bpp) {
     const [r, g, b] = [px[i], px[i + 1], px[i + 2]];
-    if (r < 245 || g < 245 || b < 245) drawn++;
+    const ink = r < 245 || g < 245 || b < 245;
+    if (ink) drawn++;
     if (colours.size < 5000) colours.add((r << 16) | (g << 8) | b);
+    if (region) {
+      const p = i / bpp, x = p % width, y = Math.floor(p / width);
+      if (x >= region.x && x < region.x + region.w && y >= region.y && y < region.y + region.h) {
+        inRegion++;
+        if (ink) regionDrawn++;
+      }
+    }
   }
-  return { width, height, drawn_fraction: drawn / (width * height), colours: colours.size };
+  return { width, height, drawn_fraction: drawn / (width * height), colours: colours.size,
+    chart_drawn_fraction: inRegion ? regionDrawn / inRegion : null };
 }
 
 // The page as a person sees it: the whole page, or only the window with `window_only`.
 async function screenshot(t, path, windowOnly) {
+  // The main chart's plot area, in page pixels (the page is at scale 1).
+  const region = await evaluate(t, `(() => { const g = NMPage.state.geo.main; if (!g) return null;
+    const box = document.getElementById('main').getBoundingClientRect();
+    return { x: Math.round(box.left + scrollX + g.rect.x), y: Math.round(box.top + scrollY + g.rect.y),
+      w: Math.round(g.rect.w), h: Math.round(g.rect.h) }; })()`);
   const shot = await t.send('Page.captureScreenshot', { format: 'png', captureBeyondViewport: !windowOnly });
   const bytes = Buffer.from(shot.data, 'base64');
   writeFileSync(path, bytes);
-  return Object.assign({ path, bytes: bytes.length }, png(bytes));
+  return Object.assign({ path, bytes: bytes.length }, png(bytes, region));
 }
 
 const legendValue = (t, tag) => evaluate(t, `(() => {
@@ -253,7 +273,12 @@ async function scaleJob(browser, job) {
 async function liveJob(browser, job) {
   const { t, result } = await open(browser, job);
   const min = job.min_frames || 10;
-  await until(t, `Number(document.documentElement.dataset.frames) >= ${min} && document.documentElement.dataset.live === 'on'`, 30000);
+  try {
+    await until(t, `Number(document.documentElement.dataset.frames) >= ${min} && document.documentElement.dataset.live === 'on'`, 30000);
+  } catch (e) {
+    const status = await evaluate(t, "document.getElementById('live-status').textContent").catch(() => '?');
+    throw new Error(e.message + '; the page says: ' + status + '; console: ' + JSON.stringify(t.errors));
+  }
   // Hold the page still: the last frame it has, and the line's figure there.
   await evaluate(t, "document.getElementById('follow').click()");
   Object.assign(result, await evaluate(t, `({ frames: Number(document.documentElement.dataset.frames),

@@ -1,6 +1,6 @@
 // The memory page's drawing: decoding the ledger's series, fitting frames to pixel
 // columns, stacking, finding spikes, and painting on a canvas. No library: small pure
-// functions (tested under Node: tests/page/draw.test.cjs) and a few painters.
+// functions (tested under Node: tests/page/page.test.cjs) and a few painters.
 (function (root) {
   'use strict';
   const NM = {};

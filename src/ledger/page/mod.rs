@@ -17,8 +17,9 @@
 //! from a CSV the ledger wrote ([`History::from_csv`]; `examples/ledger_page.rs`).
 //!
 //! **Made of** `page.html` (the frame), `page.css`, `draw.js` (the drawing: small pure
-//! functions and a canvas, no library, tested by `tests/page/draw.test.cjs` under Node)
-//! and `app.js` (what a person does with it), each included whole (`include_str!`), and
+//! functions and a canvas, no library) and `data.js` (the runs decoded, live frames
+//! appended), both tested by `tests/page/page.test.cjs` under Node, and `app.js` (what a
+//! person does with it), each included whole (`include_str!`), and
 //! the history as JSON ([`data`](self) module's format: run-length coded series, so a
 //! steady line costs a few numbers however many frames). The page's Content Security
 //! Policy allows no image, font, frame or script from anywhere: only the remote requests
@@ -38,6 +39,7 @@ pub(crate) use data::{lines as write_lines, run as write_run};
 const HTML: &str = include_str!("page.html");
 const CSS: &str = include_str!("page.css");
 const DRAW: &str = include_str!("draw.js");
+const DATA_JS: &str = include_str!("data.js");
 const APP: &str = include_str!("app.js");
 
 /// A page of one or more runs' histories (a game's run; the demo's several runs, one
@@ -108,6 +110,7 @@ impl<'h> Page<'h> {
                 "{{title}}" => escape_html(w, &self.title)?,
                 "{{css}}" => w.write_all(CSS.as_bytes())?,
                 "{{draw}}" => w.write_all(DRAW.as_bytes())?,
+                "{{data_js}}" => w.write_all(DATA_JS.as_bytes())?,
                 "{{app}}" => w.write_all(APP.as_bytes())?,
                 "{{data}}" => self.data(w)?,
                 other => w.write_all(other.as_bytes())?,

@@ -1,10 +1,12 @@
-// The memory page's drawing code (src/ledger/page/draw.js) under Node's test runner:
-// `node --test tests/page/`. Its pure parts: decoding the ledger's series, fitting frames
-// to pixel columns, stacking, spikes, units; and a painter on a recording canvas.
+// The memory page's scripts without a browser, under Node's test runner
+// (`node --test tests/page/`): draw.js's pure parts (decoding the ledger's series, fitting
+// frames to pixel columns, stacking, spikes, units), a painter on a recording canvas, and
+// data.js (a run decoded into its tree; a live game's frames appended).
 'use strict';
 const test = require('node:test');
 const assert = require('node:assert');
 const D = require('../../src/ledger/page/draw.js');
+const Data = require('../../src/ledger/page/data.js');
 
 test('a run-length coded series decodes to its values', () => {
   assert.deepStrictEqual(Array.from(D.decode([4, -3, 5, 0, -1])), [4, 4, 4, 4, 5, 0, 0]);
@@ -101,4 +103,37 @@ test('a scale fits all but a burst far above the rest', () => {
   v.fill(1e6, 0, 20); // 2% of the columns that high: no burst, the scale is their most
   assert.strictEqual(D.fit(v, 0.995), 1e6);
   assert.strictEqual(D.fit(new Float64Array(0), 0.995), 0);
+});
+
+// A run as the crate writes it (ledger::page's data): `frames` are steps, series coded.
+const run = (frames, lines) => ({ name: 'r', frames, lines: lines.map(([tag, live]) =>
+  ({ tag, depth: tag.split('/').length - 1, budgets: [], held: [0, -(D.count(live) - 1)], live, peak: live,
+     alloc: live, calls: live, rising: live, flags: live })) });
+
+test('a run decodes into its tree of lines', () => {
+  const r = Data.decodeRun(run([1, 1, -1], [['a', [5, -2]], ['a/x', [2, 3, 4]], ['a/y', [3, -2]], ['b', [0, -2]]]));
+  Data.link(r);
+  assert.deepStrictEqual(Array.from(r.frames), [1, 2, 3]);
+  const a = r.byTag.get('a');
+  assert.deepStrictEqual(a.children.map((k) => r.lines[k].tag), ['a/x', 'a/y']);
+  assert.strictEqual(r.byTag.get('a/x').parent, a.k);
+  assert.strictEqual(r.byTag.get('b').parent, -1);
+  assert.deepStrictEqual(Array.from(r.byTag.get('a/x').live), [2, 3, 4]);
+});
+
+test('a live reply appends the frames after the last one held, once each', () => {
+  const r = Data.decodeRun(run([1, 1], [['a', [5, 6]]]));
+  Data.link(r);
+  // Frames 2 to 4: 2 is held already; a new line appears, `a` goes on.
+  const added = Data.append(r, run([2, 1, -1], [['a', [6, 7, 8]], ['n', [1, 1, 9]]]));
+  assert.strictEqual(added, 2);
+  assert.deepStrictEqual(Array.from(r.frames.subarray(0, r.n)), [1, 2, 3, 4]);
+  assert.deepStrictEqual(Array.from(r.byTag.get('a').live.subarray(0, r.n)), [5, 6, 7, 8]);
+  // The new line is zero before it came.
+  assert.deepStrictEqual(Array.from(r.byTag.get('n').live.subarray(0, r.n)), [0, 0, 1, 9]);
+  // A line the reply no longer has reads zero in the frames it missed.
+  Data.append(r, run([5], [['n', [2]]]));
+  assert.deepStrictEqual(Array.from(r.byTag.get('a').live.subarray(0, r.n)), [5, 6, 7, 8, 0]);
+  // Nothing new: nothing appended.
+  assert.strictEqual(Data.append(r, run([5], [['n', [2]]])), 0);
 });
