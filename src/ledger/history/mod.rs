@@ -18,7 +18,8 @@
 //!
 //! **Cost.** Recording copies each line's figures into its ring: O(lines), no lookup
 //! (the snapshot's rows are mapped to lines once, again only when tags are added). For an
-//! app of 800 lines it is measured in `benches/ledger.rs` (README, "Performance").
+//! app of 800 lines it is measured in `benches/ledger.rs` (README, "The memory page": 24
+//! µs a frame on a loaded 2-core machine, beside the 83 µs of the frame end's snapshot).
 //!
 //! The two untagged lines of a snapshot are lines here too, at the top level:
 //! [`UNTAGGED`] (pool bytes no tag holds, as `held`) and [`UNTAGGED_HEAP`] (the heap

@@ -300,7 +300,6 @@
     if (S.chosen < 0) { box.hidden = true; return; }
     box.hidden = false;
     const l = run.lines[S.chosen];
-    const b = budgetAt(l, run.frames[run.n - 1]);
     $('detail-title').textContent = l.tag + ' — heap live (solid), arena held (dashed), heap peak in the frame (grey)' +
       (l.budgets.length ? ', budgets (red: limit, orange: warn), frames over them shaded' : '');
     const { ctx, rect } = D.prepare($('line'));
@@ -349,7 +348,7 @@
       }
       sites.appendChild(ol);
     } else {
-      sites.textContent = 'Call sites: none recorded for this line' + (b ? '' : '') + '.';
+      sites.textContent = 'Call sites: none recorded for this line.';
     }
   }
 
