@@ -10,8 +10,13 @@
 //!   `reset_and_release` (every block back): one block taken and returned per iteration,
 //!   the ledger's whole per-block work; ns per take+return.
 //!
+//! - frame end at 800 lines: an app's ledger of 800 lines (40 parents of 19 systems each,
+//!   as a large Bevy app has): the frame end that fills the snapshot
+//!   (`ledger::end_frame_into`), and the history's share of it (`History::record` of 600
+//!   frames), µs per frame.
+//!
 //! The ledger is touched only when a block comes or goes and by one store at reset, so the
-//! first three should not move; the last shows the per-block price. `cargo bench --bench
+//! first three should not move; the fourth shows the per-block price. `cargo bench --bench
 //! ledger`.
 
 use std::alloc::Layout;
@@ -19,6 +24,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use nebula_memory::ledger::{self, History, LedgerSnapshot};
 use nebula_memory::{Arena, ArenaConfig, MemoryArena, MemoryPool};
 
 #[allow(dead_code)]
@@ -126,12 +132,40 @@ fn churn(c: &mut Criterion, pool: &MemoryPool) {
     g.finish();
 }
 
+/// 800 lines: 40 parents, 19 children each (the registry's own lines come on top).
+fn frame_end(c: &mut Criterion) {
+    for p in 0..40 {
+        for s in 0..19 {
+            let tag: &'static str = Box::leak(format!("bench/app{p}/system{s}").into_boxed_str());
+            ledger::clear_budgets(tag);
+        }
+    }
+    let mut snap = LedgerSnapshot::default();
+    ledger::end_frame_into(&mut snap);
+    let lines = snap.tags().count();
+    let mut g = c.benchmark_group(format!("ledger frame end, {lines} lines (per frame)"));
+    g.bench_function("end_frame_into", |b| {
+        b.iter(|| ledger::end_frame_into(black_box(&mut snap)))
+    });
+    let mut history = History::new(600);
+    g.bench_function("History::record (600 frames)", |b| {
+        b.iter(|| history.record(black_box(&snap)))
+    });
+    g.finish();
+    println!(
+        "history of {} lines, 600 frames: {} bytes",
+        history.lines().count(),
+        history.memory_bytes()
+    );
+}
+
 fn all(c: &mut Criterion) {
     let pool = MemoryPool::new("bench-ledger", 512 << 20).expect("a 512 MiB pool");
     w1(c, &pool);
     w5(c, &pool);
     reset(c, &pool);
     churn(c, &pool);
+    frame_end(c);
 }
 
 criterion_group!(benches, all);

@@ -246,7 +246,8 @@ fn csv_rows_carry_the_heap_columns_and_an_untagged_heap_row() {
             "heap_alloc_bytes",
             "heap_free_bytes",
             "heap_rising_windows",
-            "heap_frame_peak_bytes"
+            "heap_frame_peak_bytes",
+            "budget_crossings"
         ]
     );
     for line in text.lines().filter(|l| !l.contains('"')) {

@@ -13,13 +13,15 @@
 //! reports frame times, heap allocations per frame (its own code's and Bevy's apart), the
 //! bytes each run holds before, at and after the spikes, and the process RSS; it checks
 //! that every run computed the same checksums every frame, and writes the figures as CSV
-//! and an SVG plot.
+//! and an SVG plot, and the memory page of the tracked runs' ledgers (`page`).
 //!
 //! `cargo run --release -p frame_loop [-- --frames N --entities N --out DIR --no-mimalloc]`
 //! from the repository root (this is a package of the workspace). Without `--out`, the
-//! files go to `frame_loop/` in the target directory this program was built in.
+//! files go to `frame_loop/` in the target directory this program was built in; with
+//! `NEBULA_MEMORY_REPORT=<path>.html`, the page goes there too.
 
 mod alloc;
+mod page;
 mod plot;
 mod render;
 mod report;
@@ -89,7 +91,7 @@ fn main() {
     if let Some(name) = value(&args, "--child") {
         let run = RUNS.iter().find(|r| r.name == name).expect("a known run");
         assert_eq!(run.alloc, alloc::backend(), "the run's allocator");
-        runs::child(*run, entities);
+        runs::child(*run, entities, number(&args, "--history", WARM_UP));
         return;
     }
     let frames = number(&args, "--frames", 1_000).max(1);
@@ -116,19 +118,38 @@ fn main() {
     report::verdict(&records, &sums);
 
     let dir = out_dir(&args);
-    let (csv, svg) = (dir.join("frames.csv"), dir.join("frames.svg"));
+    let (csv, svg, html) = (
+        dir.join("frames.csv"),
+        dir.join("frames.svg"),
+        dir.join("frames.html"),
+    );
     let written = std::fs::create_dir_all(&dir)
         .and_then(|()| report::write_csv(&csv, &records))
         .map_err(|e| e.to_string())
-        .and_then(|()| plot::plot(&svg, &records, &sums).map_err(|e| e.to_string()));
+        .and_then(|()| plot::plot(&svg, &records, &sums).map_err(|e| e.to_string()))
+        .and_then(|()| page::write(&html, &records, frames, entities));
     match written {
         Ok(()) => println!(
-            "\nwrote {} and {} ({:.0} s in all)",
+            "\nwrote {}, {} and {} (the memory page: open it in a browser) ({:.0} s in all)",
             shown(&csv),
             shown(&svg),
+            shown(&html),
             started.elapsed().as_secs_f64()
         ),
-        Err(e) => eprintln!("could not write the CSV or the plot: {e}"),
+        Err(e) => eprintln!("could not write the CSV, the plot or the page: {e}"),
+    }
+    if let Some(report) =
+        std::env::var_os(nebula_memory::bevy::REPORT_VAR).filter(|v| !v.is_empty())
+    {
+        let report = PathBuf::from(report);
+        match page::write(&report, &records, frames, entities) {
+            Ok(()) => println!(
+                "wrote {} ({})",
+                shown(&report),
+                nebula_memory::bevy::REPORT_VAR
+            ),
+            Err(e) => eprintln!("{}: {e}", nebula_memory::bevy::REPORT_VAR),
+        }
     }
     if !same {
         std::process::exit(1);

@@ -6,8 +6,9 @@
 //! them over their standard input and output, one line per command or frame:
 //! `warm` (play the warm-up frames), `play N` (play N frames, one line of figures each),
 //! `stats` (the run's closing figures), `ledger` (the arena run's tag table, see `tags`),
-//! `systems` (each Bevy system's heap allocations, see `tags::SystemsHeap`); each answer
-//! ends with `ok`.
+//! `systems` (each Bevy system's heap allocations, see `tags::SystemsHeap`), `history` (its
+//! ledger's history of every frame, as the ledger's CSV: the memory page's, see `page`);
+//! each answer ends with `ok`.
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -15,7 +16,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use bevy_app::App;
-use nebula_memory::bevy::{MemoryLedger, MemoryStats};
+use nebula_memory::bevy::{MemoryLedger, MemoryStats, REPORT_VAR};
 use nebula_memory::ledger::tags::{FRAME_MEMORY, WITH_SCRATCH};
 
 use crate::alloc::{ALLOCATOR_VAR, Backend, counters, rss_bytes};
@@ -146,6 +147,8 @@ pub struct RunRecord {
     pub ledger: Vec<String>,
     /// The tracked runs' heap use per system (see `tags::SystemsHeap::lines`).
     pub systems: Vec<String>,
+    /// The tracked runs' ledger history, every frame, as the ledger's CSV (see `page`).
+    pub history: String,
 }
 
 /// Plays one frame of `app`; `live_base` is the live heap bytes the heap run's held figure
@@ -193,9 +196,10 @@ fn frame(app: &mut App, mode: Mode, live_base: i64) -> FrameRecord {
     }
 }
 
-/// The child's side: plays the frames it is told to and reports them.
-pub fn child(run: Run, entities: usize) {
-    let mut app = app(run.mode, entities);
+/// The child's side: plays the frames it is told to and reports them; its ledger keeps
+/// `history` frames.
+pub fn child(run: Run, entities: usize, history: usize) {
+    let mut app = app(run.mode, entities, history);
     let mut live_base = counters().live_bytes;
     let stdin = std::io::stdin();
     let mut out = BufWriter::new(std::io::stdout().lock());
@@ -253,6 +257,10 @@ pub fn child(run: Run, entities: usize) {
                     writeln!(out, "{line}").unwrap();
                 }
             }
+            ["history"] => {
+                let ledger = app.world().resource::<MemoryLedger>();
+                ledger.history().write_csv(&mut out).unwrap();
+            }
             _ => panic!("unknown command from the parent: {command}"),
         }
         writeln!(out, "ok").unwrap();
@@ -294,9 +302,13 @@ pub fn run_all(runs: &[Run], frames: usize, entities: usize) -> Vec<RunRecord> {
     let mut handles: Vec<Handle> = runs
         .iter()
         .map(|run| {
+            let history = (WARM_UP + frames).to_string();
             let mut child = Command::new(&exe)
                 .args(["--child", run.name, "--entities", &entities.to_string()])
+                .args(["--history", &history])
                 .env(ALLOCATOR_VAR, run.alloc.var())
+                // The parent writes the page of every run (see `page`).
+                .env_remove(REPORT_VAR)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -321,6 +333,7 @@ pub fn run_all(runs: &[Run], frames: usize, entities: usize) -> Vec<RunRecord> {
             closing: Closing::default(),
             ledger: Vec::new(),
             systems: Vec::new(),
+            history: String::new(),
         })
         .collect();
     while records[0].frames.len() < frames {
@@ -350,6 +363,7 @@ pub fn run_all(runs: &[Run], frames: usize, entities: usize) -> Vec<RunRecord> {
         }
         if r.run.alloc == Backend::Tracked {
             r.systems = h.ask("systems");
+            r.history = h.ask("history").join("\n");
         }
         drop(h.input);
         h.child.wait().expect("a run's exit");

@@ -363,18 +363,22 @@ pub fn four_compute_threads() -> TaskPoolOptions {
 }
 
 /// The app of one run: 4 compute threads, the memory plugin, `entities` entities.
-pub fn app(mode: Mode, entities: usize) -> App {
-    app_on(mode, entities, four_compute_threads())
+pub fn app(mode: Mode, entities: usize, history_frames: usize) -> App {
+    app_on(mode, entities, four_compute_threads(), history_frames)
 }
 
-/// The app of one run on the task pools `pools`. Bevy's pools are process-wide: the first
-/// app of a process makes them, and later apps run on those whatever they ask.
-pub fn app_on(mode: Mode, entities: usize, pools: TaskPoolOptions) -> App {
+/// The app of one run on the task pools `pools`, its ledger keeping `history_frames`
+/// frames (the page's). Bevy's pools are process-wide: the first app of a process makes
+/// them, and later apps run on those whatever they ask.
+pub fn app_on(mode: Mode, entities: usize, pools: TaskPoolOptions, history_frames: usize) -> App {
     let mut app = App::new();
     app.add_plugins(TaskPoolPlugin {
         task_pool_options: pools,
     })
-    .add_plugins(MemoryPlugin::default())
+    .add_plugins(MemoryPlugin {
+        history_frames,
+        ..MemoryPlugin::default()
+    })
     .insert_resource(mode)
     .init_resource::<Checksum>()
     .init_resource::<Tick>()

@@ -123,7 +123,12 @@ fn child() {
 /// The demo's app in `mode`, its clock set so that the third recorded frame is a spike
 /// frame (the workload's size follows the clock alone) rather than after 125 frames.
 fn app(mode: Mode, pools: TaskPoolOptions) -> App {
-    let mut app = app_on(mode, ENTITIES, pools);
+    let mut app = app_on(
+        mode,
+        ENTITIES,
+        pools,
+        nebula_memory::bevy::DEFAULT_HISTORY_FRAMES,
+    );
     app.world_mut().resource_mut::<Tick>().0 = SPIKE_EVERY / 2 - u64::from(WARMUP) - 2;
     app
 }

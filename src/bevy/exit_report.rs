@@ -4,7 +4,9 @@
 //! as `println!("{}", **ledger)`) where the app asked, then its warnings (lines rising,
 //! over a budget, or that crossed one: `LedgerSnapshot::warnings`), which a headless app
 //! with no `tracing` subscriber sees nowhere else, and the plugin's note if the systems'
-//! lines may be inexact (see `exactness`).
+//! lines may be inexact (see `exactness`). To a path ending in `.html`, it writes the
+//! memory page of the ledger's history instead (`ledger::page`). [`REPORT_VAR`] names a
+//! destination from the environment, for a program whose code does not ask for one.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -15,6 +17,16 @@ use bevy_ecs::prelude::*;
 
 use super::exactness::Exactness;
 use super::ledger::MemoryLedger;
+
+/// The environment variable that turns the exit report on without a change of code:
+/// `NEBULA_MEMORY_REPORT=frames.html cargo run` writes the memory page when the app exits
+/// (any other path: the table; `-`: standard error). Read when `MemoryPlugin` is built;
+/// it overrides `MemoryPlugin::exit_report`.
+///
+/// ```
+/// assert_eq!(nebula_memory::bevy::REPORT_VAR, "NEBULA_MEMORY_REPORT");
+/// ```
+pub const REPORT_VAR: &str = "NEBULA_MEMORY_REPORT";
 
 /// Where [`MemoryPlugin`](super::MemoryPlugin) writes the ledger's table when the app
 /// exits.
@@ -34,9 +46,33 @@ pub enum ExitReport {
     Off,
     /// The table on standard error.
     Stderr,
-    /// The table in this file (created or truncated); if it cannot be written, a WARN
-    /// says why.
+    /// The table in this file (created or truncated), or the memory page if its name ends
+    /// in `.html` or `.htm`; if it cannot be written, a WARN says why, and standard error
+    /// too.
     File(PathBuf),
+}
+
+impl ExitReport {
+    /// The destination [`REPORT_VAR`] names, if it is set and not empty.
+    pub(crate) fn from_env() -> Option<ExitReport> {
+        let v = std::env::var_os(REPORT_VAR).filter(|v| !v.is_empty())?;
+        Some(if v == "-" {
+            ExitReport::Stderr
+        } else {
+            ExitReport::File(PathBuf::from(v))
+        })
+    }
+
+    /// Whether this destination gets the memory page (a path ending in `.html` or `.htm`).
+    ///
+    /// ```
+    /// use nebula_memory::bevy::ExitReport;
+    /// assert!(ExitReport::File("frames.html".into()).is_page());
+    /// assert!(!ExitReport::File("frames.txt".into()).is_page());
+    /// ```
+    pub fn is_page(&self) -> bool {
+        matches!(self, ExitReport::File(p) if p.extension().is_some_and(|e| e.eq_ignore_ascii_case("html") || e.eq_ignore_ascii_case("htm")))
+    }
 }
 
 /// After the ledger's frame end: if a report was asked for and an `AppExit` was sent
@@ -53,6 +89,15 @@ pub(crate) fn report_on_exit(world: &mut World) {
         return;
     };
     if !exiting {
+        return;
+    }
+    if let ExitReport::File(path) = report
+        && report.is_page()
+    {
+        if let Err(e) = ledger.write_page(path) {
+            tracing::warn!("MemoryPlugin: {e}");
+            let _ = writeln!(std::io::stderr(), "nebula_memory: {e}");
+        }
         return;
     }
     let mut table = format!(
@@ -80,6 +125,11 @@ pub(crate) fn report_on_exit(world: &mut World) {
             tracing::warn!(
                 path = %path.display(),
                 "MemoryPlugin: cannot write the exit report: {e}"
+            );
+            let _ = writeln!(
+                std::io::stderr(),
+                "nebula_memory: cannot write the exit report to {}: {e}",
+                path.display()
             );
         }
     } else {

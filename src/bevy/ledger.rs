@@ -1,5 +1,6 @@
-//! The ledger in a Bevy app: the frame's snapshot as a resource, a diagnostic per
-//! top-level tag, and the per-frame CSV.
+//! The ledger in a Bevy app: the frame's snapshot as a resource, its history (the last
+//! `MemoryPlugin::history_frames` frames, for the memory page and the remote methods), a
+//! diagnostic per top-level tag, and the per-frame CSV.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -10,7 +11,8 @@ use crate::fork::{Level, Lock};
 use bevy_diagnostic::{Diagnostic, DiagnosticPath, DiagnosticsStore};
 use bevy_ecs::prelude::*;
 
-use crate::ledger::{self, LedgerSnapshot};
+use crate::ledger::page::Page;
+use crate::ledger::{self, History, LedgerSnapshot};
 
 /// The ledger's figures at the end of the last frame (see [`ledger`](crate::ledger)),
 /// updated by `MemoryPlugin` after the frame-end reset; derefs to the
@@ -52,11 +54,16 @@ use crate::ledger::{self, LedgerSnapshot};
 /// app.update();
 /// ```
 ///
-/// A program that only calls `App::run` (which takes the app) gets the table when it exits
-/// with `MemoryPlugin::exit_report`.
+/// A program that only calls `App::run` (which takes the app) gets the table, or the memory
+/// page, when it exits with `MemoryPlugin::exit_report`.
+///
+/// **Its history.** The last `MemoryPlugin::history_frames` frames of every line
+/// ([`History`]), recorded at each frame's end from the same snapshot:
+/// [`write_page`](Self::write_page) writes them as the memory page.
 #[derive(Resource, Default)]
 pub struct MemoryLedger {
     snapshot: LedgerSnapshot,
+    history: History,
     frame: u64,
     /// The top-level tags that have diagnostics, with their paths: bytes held (pool
     /// blocks) and heap bytes live.
@@ -126,6 +133,55 @@ impl MemoryLedger {
         self.frame
     }
 
+    /// The last frames of every line (as many as `MemoryPlugin::history_frames`; none
+    /// for a resource made by hand), their numbers those of [`frame`](Self::frame).
+    ///
+    /// ```standalone_crate
+    /// use bevy_app::App;
+    /// use nebula_memory::bevy::{MemoryLedger, MemoryPlugin};
+    ///
+    /// let mut app = App::new();
+    /// app.add_plugins(MemoryPlugin { history_frames: 2, ..Default::default() });
+    /// for _ in 0..3 {
+    ///     app.update();
+    /// }
+    /// let history = app.world().resource::<MemoryLedger>().history();
+    /// assert_eq!(history.frames().collect::<Vec<_>>(), [2, 3]);
+    /// ```
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// Keeps the last `frames` frames from now on (what was kept is dropped). O(1).
+    pub(crate) fn keep_history(&mut self, frames: usize) {
+        self.history = History::new(frames);
+    }
+
+    /// Writes the memory page of the history to `path` (see
+    /// [`ledger::page`](crate::ledger::page)), titled with the program's name.
+    ///
+    /// # Errors
+    /// Creating or writing the file; the message names the path.
+    ///
+    /// ```standalone_crate
+    /// use bevy_app::App;
+    /// use nebula_memory::bevy::{MemoryLedger, MemoryPlugin};
+    ///
+    /// let mut app = App::new();
+    /// app.add_plugins(MemoryPlugin::default());
+    /// app.update();
+    /// let path = std::env::temp_dir().join(format!("doc-page-{}.html", std::process::id()));
+    /// app.world().resource::<MemoryLedger>().write_page(&path).unwrap();
+    /// assert!(std::fs::read_to_string(&path).unwrap().contains("<canvas"));
+    /// # std::fs::remove_file(&path).ok();
+    /// ```
+    pub fn write_page(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        let name = program_name();
+        Page::new(name.clone())
+            .run(name, &self.history)
+            .write_to(path)
+    }
+
     /// The CSV file's path, if the ledger writes one.
     pub fn csv_path(&self) -> Option<&Path> {
         self.csv.as_ref().map(|c| c.path.as_path())
@@ -136,6 +192,7 @@ impl MemoryLedger {
     /// yet.
     fn record(&mut self) -> Vec<TagDiagnostics> {
         self.frame += 1;
+        self.history.record(&self.snapshot);
         let snapshot = &self.snapshot;
         if let Some(csv) = self.csv.as_mut().filter(|c| !c.failed) {
             let written = snapshot
@@ -165,6 +222,14 @@ impl MemoryLedger {
             [(&d.held, f.held as f64), (&d.heap, f.heap_live as f64)]
         })
     }
+}
+
+/// The running program's file name, without its extension (a page's title).
+pub(crate) fn program_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "app".to_owned())
 }
 
 /// The snapshot's tree table (see [`LedgerSnapshot`]'s `Display`), after the frame number.

@@ -42,6 +42,9 @@ mod exactness;
 mod exit_report;
 mod ledger;
 mod plugin;
+#[cfg(feature = "remote")]
+#[cfg_attr(docsrs, doc(cfg(feature = "remote")))]
+pub mod remote;
 mod resources;
 mod scratch;
 mod stats;
@@ -51,9 +54,9 @@ pub use alloc_check::{AllocationCheck, AllocationRecord, BLESS_VAR, FrameFigures
 pub use attribution::{SYSTEMS_TAG, SystemLines};
 pub use budget_watch::BUDGET_WATCH_FRAMES;
 pub use exactness::{TASKS_TAG, tag_task_pool_threads};
-pub use exit_report::ExitReport;
+pub use exit_report::{ExitReport, REPORT_VAR};
 pub use ledger::MemoryLedger;
-pub use plugin::{MemoryPlugin, MemorySystems, reset_frame_arenas_system};
+pub use plugin::{DEFAULT_HISTORY_FRAMES, MemoryPlugin, MemorySystems, reset_frame_arenas_system};
 pub use resources::{
     EngineMemory, FRAME_MEMORY_TRIM_AFTER_RESETS, FrameMemory, GameMemory, ResetGameArena,
 };

@@ -40,6 +40,15 @@ use crate::per_thread::{
     end_thread_arena_frame, set_thread_arena_capacity,
 };
 
+/// The frames of every ledger line `MemoryLedger` keeps by default
+/// (`MemoryPlugin::history_frames`): ten seconds at 60 frames a second.
+///
+/// ```
+/// use nebula_memory::bevy::{DEFAULT_HISTORY_FRAMES, MemoryPlugin};
+/// assert_eq!(MemoryPlugin::default().history_frames, DEFAULT_HISTORY_FRAMES);
+/// ```
+pub const DEFAULT_HISTORY_FRAMES: usize = 600;
+
 /// The memory system in a Bevy app.
 ///
 /// - Sizes the three global pools (before anything uses them) and the per-thread frame
@@ -109,9 +118,19 @@ pub struct MemoryPlugin {
     /// Ledger budgets per system, by the system's full type name: see
     /// [`budget_for`](MemoryPlugin::budget_for), which fills it.
     pub system_budgets: Vec<(String, Budget)>,
-    /// Where to write the ledger's table when the app exits (default: nowhere). For a
-    /// program that only calls `App::run`, which takes the app.
+    /// Where to write the ledger's table, or its memory page (a path ending in `.html`),
+    /// when the app exits (default: nowhere). For a program that only calls `App::run`,
+    /// which takes the app. The environment variable `NEBULA_MEMORY_REPORT=<path>`, read
+    /// when the plugin is built, sets it without a change of code
+    /// ([`REPORT_VAR`](super::REPORT_VAR)).
     pub exit_report: ExitReport,
+    /// Frames of every ledger line that `MemoryLedger` keeps (its
+    /// [`history`](super::MemoryLedger::history), what the memory page and the remote
+    /// methods show): 40 bytes a line a frame, taken when a line first appears (the
+    /// default, 600 frames, ten seconds at 60 frames a second: 24 KB a line, 4.8 MB for 200
+    /// lines); 0 keeps none. At most [`MAX_HISTORY_FRAMES`](crate::ledger::MAX_HISTORY_FRAMES):
+    /// building the plugin panics above it.
+    pub history_frames: usize,
     /// The tag the app's system lines go under (`<tag>/systems/<name>`), or `None` for the
     /// top (`systems/<name>`, the default): two apps in one process (tests run in
     /// parallel) keep their figures apart. [`isolated`](MemoryPlugin::isolated) picks one.
@@ -179,6 +198,7 @@ impl Default for MemoryPlugin {
             system_lines: SystemLines::default(),
             system_budgets: Vec::new(),
             exit_report: ExitReport::Off,
+            history_frames: DEFAULT_HISTORY_FRAMES,
             lines_under: None,
         }
     }
@@ -224,8 +244,9 @@ impl Plugin for MemoryPlugin {
         for &(tag, budget) in &self.tag_budgets {
             ledger::set_budget(tag, budget);
         }
+        let exit_report = ExitReport::from_env().unwrap_or_else(|| self.exit_report.clone());
         app.insert_resource(BudgetWatch::new(self.tag_budgets.iter().map(|&(t, _)| t)))
-            .insert_resource(self.exit_report.clone())
+            .insert_resource(exit_report)
             .insert_resource(AttributionConfig {
                 lines: self.system_lines,
                 under: self.lines_under,
@@ -235,7 +256,7 @@ impl Plugin for MemoryPlugin {
                     .map(|(name, budget)| (name.clone(), *budget, false))
                     .collect(),
             });
-        let memory_ledger = match &self.ledger_csv {
+        let mut memory_ledger = match &self.ledger_csv {
             Some(path) => MemoryLedger::with_csv(path).unwrap_or_else(|e| {
                 panic!(
                     "MemoryPlugin: cannot write the ledger CSV to {}: {e}",
@@ -244,6 +265,7 @@ impl Plugin for MemoryPlugin {
             }),
             None => MemoryLedger::default(),
         };
+        memory_ledger.keep_history(self.history_frames);
         app.insert_resource(ScratchArenas::with_config(self.scratch))
             .insert_resource(memory_ledger)
             .init_resource::<EngineMemory>()

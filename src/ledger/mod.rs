@@ -81,7 +81,9 @@
 mod event;
 mod growth;
 mod heap;
+mod history;
 mod node;
+pub mod page;
 mod sink;
 mod sites;
 mod snapshot;
@@ -113,6 +115,10 @@ pub use heap::{
 pub use sites::{
     CallSite, CallSites, DEFAULT_SAMPLE_MEAN, FrameMark, call_sites, grown_since, mark_frame,
     sampling, set_sampling, set_sampling_seed,
+};
+pub use history::{
+    BudgetChange, CROSSED, CsvError, History, LineFrame, LineHistory, MAX_HISTORY_FRAMES,
+    OVER_LIMIT, OVER_WARN, UNTAGGED, UNTAGGED_HEAP,
 };
 pub use snapshot::{LedgerSnapshot, TagFigures};
 pub use table::{FullTable, Warnings};

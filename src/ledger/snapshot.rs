@@ -80,6 +80,25 @@ pub struct TagFigures {
     pub heap_rising_windows: u32,
 }
 
+impl TagFigures {
+    /// What a line's budgets judge: its arena bytes plus its heap's peak within the frame.
+    /// The table's marks and the history's flags both read it.
+    pub(crate) fn reached(&self) -> usize {
+        self.held
+            .saturating_add(self.heap_frame_peak.max(self.heap_live))
+    }
+
+    /// Over its warn budget at the snapshot.
+    pub(crate) fn over_warn(&self) -> bool {
+        self.warn_budget.is_some_and(|w| self.reached() > w)
+    }
+
+    /// Over its hard limit at the snapshot.
+    pub(crate) fn over_limit(&self) -> bool {
+        self.limit_budget.is_some_and(|l| self.reached() > l)
+    }
+}
+
 /// One row of a snapshot.
 #[derive(Clone, Debug)]
 pub(super) struct Row {
@@ -172,7 +191,8 @@ impl LedgerSnapshot {
     }
 
     /// Writes the CSV header that [`write_csv_rows`](Self::write_csv_rows) follows. Units
-    /// are bytes and counts; budgets are empty when unset.
+    /// are bytes and counts; budgets are empty when unset. [`History::from_csv`](super::History::from_csv)
+    /// reads such a file back.
     ///
     /// # Errors
     /// The writer's.
@@ -188,7 +208,7 @@ impl LedgerSnapshot {
             "frame,tag,depth,held_bytes,peak_held_bytes,used_bytes,heap_held_bytes,\
              blocks_taken,blocks_returned,heap_fallbacks,warn_budget_bytes,limit_budget_bytes,\
              heap_live_bytes,heap_peak_bytes,heap_allocs,heap_frees,heap_alloc_bytes,\
-             heap_free_bytes,heap_rising_windows,heap_frame_peak_bytes"
+             heap_free_bytes,heap_rising_windows,heap_frame_peak_bytes,budget_crossings"
         )
     }
 
@@ -212,7 +232,7 @@ impl LedgerSnapshot {
             let f = &r.figures;
             writeln!(
                 w,
-                "{frame},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{frame},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 csv_field(r.tag),
                 r.depth,
                 f.held,
@@ -231,14 +251,15 @@ impl LedgerSnapshot {
                 f.heap_alloc_bytes,
                 f.heap_free_bytes,
                 f.heap_rising_windows,
-                f.heap_frame_peak
+                f.heap_frame_peak,
+                f.budget_crossings
             )?;
         }
-        writeln!(w, "{frame},(untagged),0,{},,,,,,,,,,,,,,,,", self.untagged)?;
+        writeln!(w, "{frame},(untagged),0,{},,,,,,,,,,,,,,,,,", self.untagged)?;
         let h = &self.untagged_heap;
         writeln!(
             w,
-            "{frame},(untagged heap),0,,,,,,,,,,{},{},{},{},{},{},,{}",
+            "{frame},(untagged heap),0,,,,,,,,,,{},{},{},{},{},{},,{},",
             h.heap_live,
             h.heap_peak,
             h.heap_allocs,
@@ -252,7 +273,7 @@ impl LedgerSnapshot {
 
 /// A CSV field, quoted when it holds a comma, a quote or a line break; written straight to
 /// the output (a frame's rows allocate nothing).
-struct CsvField<'a>(&'a str);
+pub(super) struct CsvField<'a>(&'a str);
 
 impl fmt::Display for CsvField<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -270,7 +291,7 @@ impl fmt::Display for CsvField<'_> {
     }
 }
 
-fn csv_field(s: &str) -> CsvField<'_> {
+pub(super) fn csv_field(s: &str) -> CsvField<'_> {
     CsvField(s)
 }
 

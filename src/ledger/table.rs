@@ -43,22 +43,16 @@ fn name(r: &Row) -> String {
     format!("{}{leaf}", "  ".repeat(r.depth))
 }
 
-/// What a line's budgets judge: its arena bytes plus its heap's peak within the frame.
-fn reached(x: &TagFigures) -> usize {
-    x.held.saturating_add(x.heap_frame_peak.max(x.heap_live))
-}
-
 /// The marks of a line: its heap rising, its holdings over a budget now.
 fn marks(x: &TagFigures) -> String {
-    let reached = reached(x);
     let mut out = String::new();
     if x.heap_rising_windows >= RISING_WINDOWS {
         out.push_str(" RISING");
     }
-    if x.warn_budget.is_some_and(|w| reached > w) {
+    if x.over_warn() {
         out.push_str(" OVER WARN");
     }
-    if x.limit_budget.is_some_and(|l| reached > l) {
+    if x.over_limit() {
         out.push_str(" OVER LIMIT");
     }
     out
@@ -369,7 +363,7 @@ impl fmt::Display for Warnings<'_> {
                     Bytes(x.heap_live)
                 )?;
             }
-            let reached = reached(x);
+            let reached = x.reached();
             if let Some(w) = x.warn_budget.filter(|&w| reached > w) {
                 write!(
                     f,

@@ -259,12 +259,6 @@ fn json_str(s: &str) -> String {
 /// by heap churn and by heap live (leaves: a parent's sites are its children's).
 const TOP_LINES: usize = 3;
 
-/// A line over either budget now, as the table judges it.
-fn over_budget(x: &TagFigures) -> bool {
-    let reached = x.held.saturating_add(x.heap_frame_peak.max(x.heap_live));
-    x.warn_budget.is_some_and(|w| reached > w) || x.limit_budget.is_some_and(|l| reached > l)
-}
-
 impl LedgerSnapshot {
     /// Where in the code the heap of the lines that matter comes from: each line flagged
     /// RISING or over a budget, and the three busiest leaves by heap allocated this frame
@@ -294,7 +288,7 @@ impl LedgerSnapshot {
         for (tag, x) in &rows {
             if x.heap_rising_windows >= RISING_WINDOWS {
                 chosen.push((tag, "RISING"));
-            } else if over_budget(x) {
+            } else if x.over_warn() || x.over_limit() {
                 chosen.push((tag, "over budget"));
             }
         }
