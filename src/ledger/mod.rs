@@ -112,13 +112,13 @@ pub use heap::{
     HeapScope, TagScope, current_scope, heap_tracking, heap_tracking_overhead, scope,
     set_heap_tracking,
 };
-pub use sites::{
-    CallSite, CallSites, DEFAULT_SAMPLE_MEAN, FrameMark, call_sites, grown_since, mark_frame,
-    sampling, set_sampling, set_sampling_seed,
-};
 pub use history::{
     BudgetChange, CROSSED, CsvError, History, LineFrame, LineHistory, MAX_HISTORY_FRAMES,
     OVER_LIMIT, OVER_WARN, UNTAGGED, UNTAGGED_HEAP,
+};
+pub use sites::{
+    CallSite, CallSites, DEFAULT_SAMPLE_MEAN, FrameMark, call_sites, grown_since, mark_frame,
+    sampling, set_sampling, set_sampling_seed,
 };
 pub use snapshot::{LedgerSnapshot, TagFigures};
 pub use table::{FullTable, Warnings};

@@ -269,6 +269,11 @@ fn observer() -> Option<Observer> {
     (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut (), Observer>(p) })
 }
 
+/// [`table::read`] on a busy thread (see there).
+pub(crate) fn read_tables(sites: &mut Vec<(u32, table::Site)>, live: &mut Vec<table::Live>) {
+    quiet(|| table::read(sites, live));
+}
+
 /// Takes a sample of the allocation of `size` bytes at `addr`, charged to tag `id`: its
 /// stack captured, its record put in the table. `false` if it was not kept (the thread is
 /// busy, or a table is full). Called from inside `alloc`: see the module docs.

@@ -13,7 +13,9 @@
 //! while). It is not one of `fork`'s registered locks (registering allocates, and this is
 //! taken inside `alloc`): the fork handlers take and release it by name
 //! ([`fork_prepare`], [`fork_release`]), last of all the crate's locks, since any of them
-//! may be held by a thread that allocates.
+//! may be held by a thread that allocates. (The handlers are installed by the crate's
+//! first lock, and by `ledger::set_sampling`, `ledger::sampling` and the ledger's frame
+//! end with sampling on.)
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr::NonNull;
@@ -87,8 +89,6 @@ fn tables() -> Option<NonNull<Tables>> {
 #[cold]
 fn make_tables() -> Option<NonNull<Tables>> {
     let layout = Layout::new::<Tables>();
-    // Samples now exist to be kept consistent across `fork` (see the module docs).
-    crate::fork::install();
     // SAFETY: a non-zero size. All zero is a valid `Tables`: empty slots, no count.
     let fresh = NonNull::new(unsafe { System.alloc_zeroed(layout) }.cast::<Tables>())?;
     match TABLES.compare_exchange(std::ptr::null_mut(), fresh.as_ptr(), Release, Acquire) {
@@ -276,9 +276,9 @@ pub(crate) fn remove(addr: usize) -> (usize, bool) {
 }
 
 /// A copy of the tables for a report: the sites in use and the live samples, read under
-/// the lock into `sites` and `live` (cleared first). The calling thread is busy
-/// meanwhile, so the copy's own allocations are not sampled (which would wait for the
-/// lock it holds).
+/// the lock into `sites` and `live` (cleared first). Called on a busy thread
+/// ([`read_tables`](super::read_tables)), so that an allocation of the copy's is not
+/// sampled (which would wait for the lock it holds).
 pub(crate) fn read(sites: &mut Vec<(u32, Site)>, live: &mut Vec<Live>) {
     sites.clear();
     live.clear();
@@ -288,17 +288,15 @@ pub(crate) fn read(sites: &mut Vec<(u32, Site)>, live: &mut Vec<Live>) {
     // Room first, outside the lock: then the copy under it allocates nothing.
     sites.reserve(SITES);
     live.reserve(LIVE);
-    super::quiet(|| {
-        locked(|t| {
-            sites.extend(
-                t.sites
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| s.hash != 0)
-                    .map(|(i, s)| (i as u32, *s)),
-            );
-            live.extend(t.live.iter().filter(|l| l.addr != 0).copied());
-        })
+    locked(|t| {
+        sites.extend(
+            t.sites
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.hash != 0)
+                .map(|(i, s)| (i as u32, *s)),
+        );
+        live.extend(t.live.iter().filter(|l| l.addr != 0).copied());
     });
 }
 
