@@ -337,6 +337,10 @@ pub(crate) fn end_frame_into_quietly(snap: &mut LedgerSnapshot) {
     fill(snap, true);
     crate::heap::sample::read_env();
     crate::heap::sample::frame_end();
+    if crate::heap::sample::current_mean().is_some() {
+        // The sampler's lock is taken around `fork` by the crate's handlers.
+        crate::fork::install();
+    }
     #[cfg(feature = "tracy")]
     tracy::name_sample_pools();
     let heap = crate::heap::counters::in_use();
