@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use bevy_app::{App, AppExit, TaskPoolPlugin, Update};
 use bevy_ecs::prelude::*;
 use nebula_memory::TrackingAllocator;
-use nebula_memory::bevy::{ExitReport, MemoryPlugin};
+use nebula_memory::bevy::{ExitReport, MemoryLedger, MemoryPlugin};
 use nebula_memory::ledger;
 
 #[global_allocator]
@@ -147,6 +147,19 @@ fn child() {
         .nth(1)
         .unwrap_or_else(|| panic!("no growth under {keeper_line}:\n{text}"));
     assert!(grown.contains(&at), "the site that grew:\n{text}");
+
+    // The memory page of this process: the chosen line shows its call sites.
+    let page = report.with_extension("html");
+    app.world()
+        .resource::<MemoryLedger>()
+        .write_page(&page)
+        .unwrap();
+    let html = std::fs::read_to_string(&page).unwrap();
+    let _ = std::fs::remove_file(&page);
+    assert!(
+        html.contains("{\"kind\":\"holds\",\"site\":") && html.contains(&at),
+        "the page's data has keeper's sites"
+    );
 
     // The estimates.
     let kept_bytes = (KEEP as u64) * u64::from(FRAMES);

@@ -179,6 +179,7 @@ impl MemoryLedger {
         let name = program_name();
         Page::new(name.clone())
             .run(name, &self.history)
+            .call_sites()
             .write_to(path)
     }
 

@@ -175,7 +175,14 @@ fn answer(
                     ));
                 }
             };
-            write_run(&mut out, &program_name(), ledger.history(), since, true)
+            write_run(
+                &mut out,
+                &program_name(),
+                ledger.history(),
+                since,
+                true,
+                &Default::default(),
+            )
         }
         LINES_METHOD => write_lines(&mut out, ledger.history()),
         other => {

@@ -339,16 +339,17 @@
     S.geo.line = { rect };
     const sites = $('sites');
     if (l.sites && l.sites.length) {
-      sites.innerHTML = '<b>top call sites</b>';
+      sites.innerHTML = '<b>top call sites</b> (sampled heap, estimates: what the line holds at exit, and allocates a frame)';
       const ol = document.createElement('ol');
       for (const s of l.sites.slice(0, 10)) {
         const li = document.createElement('li');
-        li.textContent = D.bytes(s.bytes || 0) + ' in ' + D.exact(s.calls || 0) + ' calls: ' + s.site;
+        li.textContent = s.kind + ' ~' + D.bytes(s.bytes || 0) + (s.kind === 'churns' ? '/frame' : '') +
+          ' (' + Math.round((s.share || 0) * 100) + '%, ' + D.exact(s.calls || 0) + ' samples): ' + s.site;
         ol.appendChild(li);
       }
       sites.appendChild(ol);
     } else {
-      sites.textContent = 'Call sites: none recorded for this line.';
+      sites.textContent = 'Call sites: none sampled for this line (NEBULA_MEMORY_SAMPLE=512K turns sampling on).';
     }
   }
 

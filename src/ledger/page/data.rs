@@ -83,14 +83,20 @@ fn tree(history: &History) -> Vec<&LineHistory> {
     lines
 }
 
+/// Call sites by line, for the lines of a page of this process's own ledger.
+pub(crate) type Sites = std::collections::HashMap<String, crate::ledger::CallSites>;
+
 /// Writes one run: the frames of `history` after `since` (all with `None`); `alone`: a
-/// document of its own (the remote method's), with the format and the last frame.
+/// document of its own (the remote method's), with the format and the last frame; each
+/// line with its call sites in `sites` as `"sites": [{kind, site, bytes, share, calls}]`
+/// (`kind` "holds" or "churns", `bytes` a frame for the latter, `calls` the samples).
 pub(crate) fn run(
     w: &mut impl Write,
     name: &str,
     history: &History,
     since: Option<u64>,
     alone: bool,
+    sites: &Sites,
 ) -> io::Result<()> {
     let after = |f: u64| since.is_none_or(|s| f > s);
     w.write_all(b"{")?;
@@ -145,9 +151,39 @@ pub(crate) fn run(
                 .map(|(_, x)| get(&x));
             series(w, values)?;
         }
+        if let Some(found) = sites.get(line.tag()) {
+            line_sites(w, found)?;
+        }
         w.write_all(b"}")?;
     }
     w.write_all(b"]}")
+}
+
+/// `,"sites":[..]`: a line's top call sites of each kind.
+fn line_sites(w: &mut impl Write, found: &crate::ledger::CallSites) -> io::Result<()> {
+    w.write_all(b",\"sites\":[")?;
+    let kinds = [("holds", &found.held), ("churns", &found.churn)];
+    let mut first = true;
+    for (kind, list) in kinds {
+        for s in list.iter().take(10) {
+            if !first {
+                w.write_all(b",")?;
+            }
+            first = false;
+            write!(w, "{{\"kind\":\"{kind}\",\"site\":")?;
+            let place = match (&s.file, s.line) {
+                (Some(f), Some(l)) => format!("{} ({f}:{l})", s.function),
+                _ => s.function.clone(),
+            };
+            string(w, &place)?;
+            write!(
+                w,
+                ",\"bytes\":{},\"share\":{:.4},\"calls\":{}}}",
+                s.bytes, s.share, s.samples
+            )?;
+        }
+    }
+    w.write_all(b"]")
 }
 
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]

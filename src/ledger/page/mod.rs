@@ -60,6 +60,7 @@ const APP: &str = include_str!("app.js");
 pub struct Page<'h> {
     title: String,
     runs: Vec<(String, &'h History)>,
+    call_sites: bool,
 }
 
 impl<'h> Page<'h> {
@@ -73,7 +74,23 @@ impl<'h> Page<'h> {
         Page {
             title: title.into(),
             runs: Vec::new(),
+            call_sites: false,
         }
+    }
+
+    /// Shows each line's call sites (the process's sampled call stacks, `ledger::call_sites`)
+    /// when the line is chosen: for a page of this process's own ledger, with sampling on
+    /// (not for runs read from another process's CSV).
+    ///
+    /// ```
+    /// use nebula_memory::ledger::{History, page::Page};
+    /// let history = History::new(10);
+    /// let page = Page::new("this process").run("now", &history).call_sites();
+    /// # let _ = page;
+    /// ```
+    pub fn call_sites(mut self) -> Page<'h> {
+        self.call_sites = true;
+        self
     }
 
     /// Adds a run: `history`, shown as `name`.
@@ -158,11 +175,26 @@ impl<'h> Page<'h> {
             ",\"rising_windows\":{},\"runs\":[",
             super::RISING_WINDOWS
         )?;
+        let mut sites = data::Sites::new();
+        if self.call_sites {
+            let mut tags: Vec<&str> = self
+                .runs
+                .iter()
+                .flat_map(|(_, h)| h.lines().map(|l| l.tag()))
+                .collect();
+            tags.sort_unstable();
+            tags.dedup();
+            for found in crate::ledger::sites::call_sites_of(&tags) {
+                if !found.held.is_empty() || !found.churn.is_empty() {
+                    sites.insert(found.tag.clone(), found);
+                }
+            }
+        }
         for (i, (name, history)) in self.runs.iter().enumerate() {
             if i > 0 {
                 w.write_all(b",")?;
             }
-            data::run(w, name, history, None, false)?;
+            data::run(w, name, history, None, false, &sites)?;
         }
         w.write_all(b"]}")
     }

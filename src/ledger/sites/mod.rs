@@ -23,6 +23,7 @@ mod symbols;
 mod types;
 
 pub use crate::heap::sample::DEFAULT_MEAN as DEFAULT_SAMPLE_MEAN;
+pub(crate) use query::call_sites_of;
 pub use query::{
     FrameMark, call_sites, grown_since, mark_frame, sampling, set_sampling, set_sampling_seed,
 };

@@ -129,10 +129,52 @@ fn collect(tag: &str, since: Option<u64>) -> CallSites {
     sample::read_env();
     // The report's own memory (the copy, the symbols) is neither charged to the scope the
     // caller is in nor sampled.
-    crate::heap::untagged(|| sample::quiet(|| collect_quietly(tag, since)))
+    crate::heap::untagged(|| {
+        sample::quiet(|| collect_from(&Tables::read(), &mut Symbols::default(), tag, since))
+    })
 }
 
-fn collect_quietly(tag: &str, since: Option<u64>) -> CallSites {
+/// The call sites of each of `tags` ([`call_sites`]), from one reading of the tables and
+/// one symbolisation: for a page or a report of many lines. Empty while sampling is off.
+pub(crate) fn call_sites_of(tags: &[&str]) -> Vec<CallSites> {
+    sample::read_env();
+    if sample::current_mean().is_none() {
+        return Vec::new();
+    }
+    crate::heap::untagged(|| {
+        sample::quiet(|| {
+            let (tables, mut symbols) = (Tables::read(), Symbols::default());
+            tags.iter()
+                .map(|tag| collect_from(&tables, &mut symbols, tag, None))
+                .collect()
+        })
+    })
+}
+
+/// A copy of the sampler's tables, with each site's live samples counted.
+struct Tables {
+    sites: Vec<(u32, table::Site)>,
+    live: Vec<table::Live>,
+    live_samples: HashMap<u32, u64>,
+}
+
+impl Tables {
+    fn read() -> Tables {
+        let (mut sites, mut live) = (Vec::new(), Vec::new());
+        sample::read_tables(&mut sites, &mut live);
+        let mut live_samples: HashMap<u32, u64> = HashMap::new();
+        for l in &live {
+            *live_samples.entry(l.site).or_default() += 1;
+        }
+        Tables {
+            sites,
+            live,
+            live_samples,
+        }
+    }
+}
+
+fn collect_from(t: &Tables, symbols: &mut Symbols, tag: &str, since: Option<u64>) -> CallSites {
     let mut out = CallSites {
         tag: tag.to_string(),
         frames: sample::frames_on(),
@@ -146,9 +188,8 @@ fn collect_quietly(tag: &str, since: Option<u64>) -> CallSites {
     if ids.is_empty() {
         return out;
     }
-    let (mut sites, mut live) = (Vec::new(), Vec::new());
-    sample::read_tables(&mut sites, &mut live);
-    let by_slot: HashMap<u32, &table::Site> = sites
+    let by_slot: HashMap<u32, &table::Site> = t
+        .sites
         .iter()
         .filter(|(_, s)| ids.contains(&s.tag))
         .map(|(i, s)| (*i, s))
@@ -159,15 +200,13 @@ fn collect_quietly(tag: &str, since: Option<u64>) -> CallSites {
         None => {
             for (&i, s) in &by_slot {
                 if s.live > 0 {
-                    held.insert(
-                        i,
-                        (s.live, live.iter().filter(|l| l.site == i).count() as u64),
-                    );
+                    let n = t.live_samples.get(&i).copied().unwrap_or(0);
+                    held.insert(i, (s.live, n));
                 }
             }
         }
         Some(frame) => {
-            for l in live.iter().filter(|l| l.frame >= frame) {
+            for l in t.live.iter().filter(|l| l.frame >= frame) {
                 if by_slot.contains_key(&l.site) {
                     let e = held.entry(l.site).or_default();
                     e.0 = e.0.saturating_add(l.weight);
@@ -176,14 +215,13 @@ fn collect_quietly(tag: &str, since: Option<u64>) -> CallSites {
             }
         }
     }
-    let mut symbols = Symbols::default();
-    out.held = rank(&mut symbols, &by_slot, &held, 1);
+    out.held = rank(symbols, &by_slot, &held, 1);
     if since.is_none() {
         let churn: HashMap<u32, (u64, u64)> = by_slot
             .iter()
             .map(|(&i, s)| (i, (s.allocated, s.samples)))
             .collect();
-        out.churn = rank(&mut symbols, &by_slot, &churn, out.frames);
+        out.churn = rank(symbols, &by_slot, &churn, out.frames);
     }
     out
 }
