@@ -398,7 +398,7 @@ impl History {
     }
 
     /// A line's figures in each frame held, oldest first, with the frame's number (zeros
-    /// for frames before the line was first seen).
+    /// for frames before the line was first seen, and for a line of another history).
     ///
     /// ```
     /// let mut h = nebula_memory::ledger::History::new(4);
@@ -410,7 +410,12 @@ impl History {
         &'a self,
         line: &'a LineHistory,
     ) -> impl ExactSizeIterator<Item = (u64, LineFrame)> + 'a {
-        self.slots().map(move |s| (self.frames[s], line.ring[s]))
+        self.slots().map(move |s| {
+            (
+                self.frames[s],
+                line.ring.get(s).copied().unwrap_or_default(),
+            )
+        })
     }
 
     /// Records the frame's `snapshot` as the next frame (number 1 for the first). O(lines);
