@@ -17,4 +17,17 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}"
 export NEBULA_FULL_SIZE=1
 # Doctests are skipped: rustdoc does not pass the sanitizer to every doctest build (and the
 # `compile_fail` ones, the compile-time guarantees, run no code).
-cargo +nightly test --target x86_64-unknown-linux-gnu --tests "$@"
+#
+# Built first (arguments go to that build: `--test NAME` for some binaries only), then the
+# test binaries run two at a time (scripts/pool.sh), each with the harness's usual two
+# test threads, the longest first: `cargo test` runs one binary at a time, and most keep
+# one core busy at most (one test, or a last long one, still running).
+source scripts/pool.sh
+bins=$(cargo +nightly test --target x86_64-unknown-linux-gnu --tests --no-run \
+    --message-format=json-render-diagnostics "$@" | pool_test_binaries |
+    pool_longest_first "bevy_parallel pool_efficiency soak segmented_pool reentrancy bevy_attribution")
+pool_start 2
+while read -r name bin; do
+    if [[ -n "$bin" ]]; then pool_run "$name" "$bin"; fi
+done <<<"$bins"
+pool_wait

@@ -3,8 +3,9 @@
 # writes, no leaks ("definitely lost"). Heavy tests are run with smaller inputs. Doctests
 # are not run (`--tests`); the `compile_fail` ones run no code.
 #
-# Two binaries run at a time, each one's output printed whole once all are done. Leaks the
-# tests make on purpose are suppressed by name in scripts/valgrind.supp.
+# Two binaries run at a time, each one's output printed whole once all are done
+# (scripts/pool.sh). Leaks the tests make on purpose are suppressed by name in
+# scripts/valgrind.supp.
 #
 # Binaries that spawn a child of themselves (quarantine: the deliberate stale read must die
 # of SIGSEGV) run under valgrind; the child runs natively (no --trace-children).
@@ -28,48 +29,29 @@ export NEBULA_FULL_SIZE=1
 skip=" fork "
 
 start=$SECONDS
-bins=$(cargo test --no-run --tests --message-format=json \
-    | python3 -c 'import json,sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["target"]["name"], m["executable"])')
+source scripts/pool.sh
+bins=$(cargo test --no-run --tests --message-format=json-render-diagnostics | pool_test_binaries |
+    pool_longest_first "segmented_pool scratch shared_arena idle_memory bevy_parallel
+        pool_threads alloc_checks bevy_ledger pool_efficiency soak ledger heap_tracking
+        pool_model arena_reset_policy bevy_soundness")
 echo "built in $((SECONDS - start)) s"
-# Two binaries at a time: valgrind runs a process's threads one at a time, on one core.
-logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
-run_one() {
-    local name=$1 bin=$2 t=$SECONDS
-    {
-        echo "==> valgrind $name"
-        if valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
-            --show-leak-kinds=definite --num-callers=40 --suppressions=scripts/valgrind.supp \
-            "$bin" --test-threads=2 -q; then
-            touch "$logs/$name.ok"
-        else
-            echo "valgrind FAILED on $bin"
-        fi
-        echo "    $name: $((SECONDS - t)) s"
-    } >"$logs/$name.log" 2>&1
+# Two binaries at a time (scripts/pool.sh), the longest first: valgrind runs a process's
+# threads one at a time, on one core.
+memcheck() {
+    valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+        --show-leak-kinds=definite --num-callers=40 --suppressions=scripts/valgrind.supp \
+        "$1" --test-threads=2 -q
 }
-names=()
+pool_start 2
 while read -r name bin; do
     [[ -n "$bin" ]] || continue
     if [[ "$skip" == *" $name "* ]]; then
         echo "==> skipping $name (see the comment at the top of $0)"
         continue
     fi
-    while (($(jobs -rp | wc -l) >= 2)); do
-        wait -n || true
-    done
-    names+=("$name")
-    run_one "$name" "$bin" &
+    pool_run "valgrind $name" memcheck "$bin"
 done <<<"$bins"
-wait
 status=0
-for name in "${names[@]}"; do
-    cat "$logs/$name.log"
-    [[ -e "$logs/$name.ok" ]] || status=1
-done
+pool_wait || status=1
 echo "valgrind.sh: $((SECONDS - start)) s in all, exit $status"
 exit $status
