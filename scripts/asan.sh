@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite under AddressSanitizer, with the crate's poisoning turned on
 # (`--cfg nebula_asan`): every byte no caller holds is poisoned, so reads after reset,
-# rewind, pop or free_block are reported. Needs a nightly toolchain.
+# rewind, pop or free_block are reported. Needs a nightly toolchain. With frame pointers
+# forced: the sampled call stacks' tests (heap_sampling, bevy_call_sites) then run in a build
+# whose frames differ from the default one's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export RUSTFLAGS="-Zsanitizer=address --cfg nebula_asan"
+export RUSTFLAGS="-Zsanitizer=address --cfg nebula_asan -Cforce-frame-pointers=yes"
 export RUSTDOCFLAGS="$RUSTFLAGS"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/asan}"
 # Property tests at most 32 cases here (their own counts in `cargo test`): what the
