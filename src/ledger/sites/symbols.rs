@@ -243,6 +243,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_family = "wasm", ignore = "WASI has no working directory here")]
     fn paths_are_shortened_for_reading() {
         let cwd = std::env::current_dir().unwrap();
         let inside = format!("{}/src/chat.rs", cwd.display());
